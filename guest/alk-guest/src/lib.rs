@@ -1,0 +1,99 @@
+//! Rust bindings of `alk:store` for guest components.
+//!
+//! ```ignore
+//! use alk_guest::kv::Bucket;
+//! let bucket = Bucket::open("settings")?;
+//! bucket.set("theme", b"dark", None)?;
+//! ```
+//!
+//! A Rust guest is a plain `fn main()` program built for `wasm32-wasip2`;
+//! the toolchain exports `wasi:cli/run` for it.
+
+wit_bindgen::generate!({
+    path: "../../wit",
+    world: "alk:store/imports",
+});
+
+pub use alk::store::kv;
+pub use alk::store::types::{Error, SetupFailure, TooLarge};
+
+
+/// Runs contract cases: prints `ok <name>` for each passing case, and on the
+/// first failure prints `FAIL <name>: <why>` and exits with status 1.
+pub struct Contract {
+    passed: usize,
+}
+
+impl Default for Contract {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Contract {
+    /// A fresh run.
+    pub fn new() -> Self {
+        Contract { passed: 0 }
+    }
+
+    /// Runs one case.
+    pub fn case(&mut self, name: &str, f: impl FnOnce() -> Result<(), String>) {
+        match f() {
+            Ok(()) => {
+                self.passed += 1;
+                println!("ok {name}");
+            }
+            Err(why) => {
+                println!("FAIL {name}: {why}");
+                std::process::exit(1);
+            }
+        }
+    }
+
+    /// Prints the summary line.
+    pub fn finish(self) {
+        println!("{} passed, 0 failed", self.passed);
+    }
+}
+
+/// Fails the case with the expression's text unless `cond` holds.
+#[macro_export]
+macro_rules! ensure {
+    ($cond:expr) => {
+        if !$cond {
+            return Err(format!("ensure!({}) failed at line {}", stringify!($cond), line!()));
+        }
+    };
+    ($cond:expr, $($fmt:tt)+) => {
+        if !$cond {
+            return Err(format!("ensure!({}) failed at line {}: {}", stringify!($cond), line!(), format!($($fmt)+)));
+        }
+    };
+}
+
+/// Fails the case unless `value` matches `pattern`, showing what it was.
+#[macro_export]
+macro_rules! ensure_matches {
+    ($value:expr, $pattern:pat $(if $guard:expr)?) => {
+        match $value {
+            $pattern $(if $guard)? => {}
+            other => {
+                return Err(format!(
+                    "{} = {:?}, expected {} (line {})",
+                    stringify!($value), other, stringify!($pattern), line!()
+                ))
+            }
+        }
+    };
+}
+
+/// Unwraps an `Ok`, or fails the case naming the expression and the error.
+#[macro_export]
+macro_rules! ok {
+    ($value:expr) => {
+        match $value {
+            Ok(v) => v,
+            Err(e) => return Err(format!("{} failed at line {}: {e:?}", stringify!($value), line!())),
+        }
+    };
+}

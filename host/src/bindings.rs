@@ -1,0 +1,13 @@
+//! The generated bindings of the `alk:store` package; the only `bindgen!`.
+
+wasmtime::component::bindgen!({
+    path: "../wit",
+    world: "alk:store/imports",
+    imports: { default: async | trappable },
+    trappable_error_type: {
+        "alk:store/types.error" => crate::error::CallError,
+    },
+    with: {
+        "alk:store/kv.bucket": crate::kv::Bucket,
+    },
+});

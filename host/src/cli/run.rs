@@ -1,0 +1,120 @@
+//! `alk-host run`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use alk_host::{AlkCtx, RunOptions, RunStatus, Runner};
+
+/// Exit status when the host itself fails (bad component, unusable flag).
+const HOST_FAILURE: u8 = 2;
+
+/// Run a command component with the alk capabilities linked.
+///
+/// The process exits with the guest's exit status: 0 when it succeeds, 1
+/// when it fails (WASI 0.2 `exit` carries success or failure, not a number).
+/// A guest that traps makes the host print the trap and exit with 134. When the host cannot run the guest
+/// at all, it prints one line starting with `alk-host: error:` and exits
+/// with 2.
+#[derive(Debug, clap::Args)]
+pub struct RunCommand {
+    /// The component to run (`.wasm`).
+    component: PathBuf,
+
+    /// Where stores live. Created on first use of a capability, not before.
+    #[arg(long, value_name = "DIR", default_value = ".alk")]
+    data_dir: PathBuf,
+
+    /// Set an environment variable for the guest (repeatable). The host's
+    /// own environment is not passed on.
+    #[arg(long = "env", value_name = "K=V", value_parser = parse_env)]
+    env: Vec<(String, String)>,
+
+    /// Give the guest a host directory (repeatable). `HOST` alone is mounted
+    /// at the same path in the guest; `HOST::GUEST` mounts it at `GUEST`.
+    #[arg(long = "dir", value_name = "HOST[::GUEST]", value_parser = parse_dir)]
+    dirs: Vec<(PathBuf, String)>,
+
+    /// Most linear memory the guest may use, in MiB; growing past it traps.
+    #[arg(long, value_name = "MIB")]
+    max_memory_mib: Option<usize>,
+
+    /// Stop the guest (as a trap) after this many seconds of wall time.
+    #[arg(long, value_name = "SECONDS")]
+    timeout: Option<f64>,
+
+    /// Arguments for the guest, after `--`.
+    #[arg(last = true, value_name = "ARGS")]
+    args: Vec<String>,
+}
+
+fn parse_env(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("expected K=V, got {s:?}")),
+    }
+}
+
+fn parse_dir(s: &str) -> Result<(PathBuf, String), String> {
+    match s.split_once("::") {
+        Some((host, guest)) if !host.is_empty() && !guest.is_empty() => {
+            Ok((PathBuf::from(host), guest.to_string()))
+        }
+        Some(_) => Err(format!("expected HOST or HOST::GUEST, got {s:?}")),
+        None => Ok((PathBuf::from(s), s.to_string())),
+    }
+}
+
+impl RunCommand {
+    /// Runs the command; the process exit code.
+    pub fn execute(self) -> ExitCode {
+        match self.run() {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("alk-host: error: {}", one_line(&e));
+                ExitCode::from(HOST_FAILURE)
+            }
+        }
+    }
+
+    fn run(self) -> wasmtime::Result<ExitCode> {
+        let timeout = match self.timeout {
+            Some(t) if t.is_finite() && t > 0.0 => Some(Duration::from_secs_f64(t)),
+            Some(t) => wasmtime::bail!("--timeout must be a positive number of seconds, got {t}"),
+            None => None,
+        };
+        let opts = RunOptions {
+            args: self.args,
+            env: self.env,
+            dirs: self.dirs,
+            max_memory_bytes: self.max_memory_mib.map(|m| m.saturating_mul(1024 * 1024)),
+            timeout,
+            capture_output: false,
+        };
+        let program = self
+            .component
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "guest".into());
+        let alk = AlkCtx::builder().data_dir(self.data_dir).build();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()?;
+        let outcome = runtime.block_on(async {
+            let runner = Runner::new()?;
+            let component = runner.load(&self.component)?;
+            runner.run(&component, &program, alk, &opts).await
+        })?;
+        if let RunStatus::Trapped(msg) = &outcome.status {
+            eprintln!("alk-host: guest trapped: {msg}");
+        }
+        Ok(ExitCode::from(outcome.exit_code() as u8))
+    }
+}
+
+/// An error and its causes on one line.
+fn one_line(e: &wasmtime::Error) -> String {
+    let text = e.chain().map(|c| c.to_string()).collect::<Vec<_>>().join(": ");
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}

@@ -1,0 +1,186 @@
+//! [`AlkCtx`], its builder, and the view that host bindings run on.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use wasmtime::component::ResourceTable;
+
+use crate::store::RetryPolicy;
+use crate::store::kv::KvLimits;
+
+/// The source of "now" for expiry decisions, in unix epoch milliseconds.
+///
+/// The host reads the time through this trait only, so embedders and tests
+/// can inject a clock and exercise TTLs without sleeping.
+pub trait Clock: Send + Sync + 'static {
+    /// Milliseconds since the unix epoch.
+    fn now_ms(&self) -> i64;
+}
+
+/// The system's wall clock.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> i64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0)
+    }
+}
+
+/// A clock that only moves when told to; for tests.
+#[derive(Debug, Default)]
+pub struct ManualClock(AtomicI64);
+
+impl ManualClock {
+    /// A clock reading `now_ms`.
+    pub fn new(now_ms: i64) -> Self {
+        ManualClock(AtomicI64::new(now_ms))
+    }
+    /// Moves the clock forward by `ms`.
+    pub fn advance(&self, ms: i64) {
+        self.0.fetch_add(ms, Ordering::SeqCst);
+    }
+    /// Sets the clock.
+    pub fn set(&self, now_ms: i64) {
+        self.0.store(now_ms, Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now_ms(&self) -> i64 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// Size limits applied to guest input.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Limits {
+    /// Key-value limits.
+    pub kv: KvLimits,
+}
+
+/// The per-instance state of the alk capabilities: where data lives, the
+/// limits, the clock and the retry policy.
+///
+/// Each plugin (guest instance) of an embedder gets its own `AlkCtx`; give
+/// plugins different data directories to isolate them from one another, or
+/// the same one to let them coordinate.
+#[derive(Clone)]
+pub struct AlkCtx {
+    pub(crate) data_dir: PathBuf,
+    pub(crate) limits: Limits,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) retry: RetryPolicy,
+}
+
+impl std::fmt::Debug for AlkCtx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AlkCtx")
+            .field("data_dir", &self.data_dir)
+            .field("limits", &self.limits)
+            .field("retry", &self.retry)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AlkCtx {
+    /// A builder with the defaults: data directory `.alk` (relative to the
+    /// current directory), default limits, the system clock.
+    pub fn builder() -> AlkCtxBuilder {
+        AlkCtxBuilder::default()
+    }
+
+    /// The data directory.
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    /// The current time by this context's clock.
+    pub(crate) fn now(&self) -> i64 {
+        self.clock.now_ms()
+    }
+}
+
+/// Builds an [`AlkCtx`].
+#[derive(Clone)]
+pub struct AlkCtxBuilder {
+    data_dir: PathBuf,
+    limits: Limits,
+    clock: Arc<dyn Clock>,
+    retry: RetryPolicy,
+}
+
+impl Default for AlkCtxBuilder {
+    fn default() -> Self {
+        AlkCtxBuilder {
+            data_dir: PathBuf::from(".alk"),
+            limits: Limits::default(),
+            clock: Arc::new(SystemClock),
+            retry: RetryPolicy::default(),
+        }
+    }
+}
+
+impl AlkCtxBuilder {
+    /// Where stores live. Created on first use, not before.
+    pub fn data_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.data_dir = dir.into();
+        self
+    }
+    /// Size limits for guest input.
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+    /// The clock used for expiry.
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+    /// How contended operations are retried before `busy` is returned.
+    pub fn retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+    /// The context.
+    pub fn build(self) -> AlkCtx {
+        AlkCtx {
+            data_dir: self.data_dir,
+            limits: self.limits,
+            clock: self.clock,
+            retry: self.retry,
+        }
+    }
+}
+
+/// What host bindings run on: the context plus the resource table of the
+/// instance.
+pub struct AlkCtxView<'a> {
+    /// The alk context.
+    pub ctx: &'a mut AlkCtx,
+    /// The instance's resource table (shared with WASI).
+    pub table: &'a mut ResourceTable,
+}
+
+/// Implemented by an embedder's store data to give alk its context.
+///
+/// ```
+/// use alk_host::{AlkCtx, AlkCtxView, AlkView};
+/// use wasmtime::component::ResourceTable;
+///
+/// struct MyState { alk: AlkCtx, table: ResourceTable }
+///
+/// impl AlkView for MyState {
+///     fn alk(&mut self) -> AlkCtxView<'_> {
+///         AlkCtxView { ctx: &mut self.alk, table: &mut self.table }
+///     }
+/// }
+/// ```
+pub trait AlkView: Send {
+    /// The alk context and resource table of this instance.
+    fn alk(&mut self) -> AlkCtxView<'_>;
+}

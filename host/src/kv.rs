@@ -1,0 +1,125 @@
+//! Host glue of the `kv` interface: checks and translates, then calls
+//! [`crate::store::kv`]. No SQL here.
+
+use wasmtime::component::{HasData, Linker, Resource};
+
+use crate::bindings::alk::store::kv::{self, Entry, ScanPage};
+use crate::bindings::alk::store::types;
+use crate::ctx::{AlkCtxView, AlkView};
+use crate::error::CallError;
+use crate::store::kv::KvStore;
+
+/// An open bucket, as held in the instance's resource table.
+#[derive(Debug)]
+pub struct Bucket {
+    name: String,
+    store: KvStore,
+}
+
+pub(crate) struct HasAlk;
+
+impl HasData for HasAlk {
+    type Data<'a> = AlkCtxView<'a>;
+}
+
+/// Adds the imports of the `alk:store/kv-imports` world (the `types` and
+/// `kv` interfaces) to `linker`.
+pub fn add_to_linker<T: AlkView + 'static>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
+    types::add_to_linker::<T, HasAlk>(linker, |t| t.alk())?;
+    kv::add_to_linker::<T, HasAlk>(linker, |t| t.alk())?;
+    Ok(())
+}
+
+impl types::Host for AlkCtxView<'_> {
+    fn convert_error(&mut self, err: CallError) -> wasmtime::Result<types::Error> {
+        match err {
+            CallError::Domain(e) => Ok(e.into()),
+            CallError::Trap(e) => Err(e),
+        }
+    }
+}
+
+impl kv::Host for AlkCtxView<'_> {}
+
+impl kv::HostBucket for AlkCtxView<'_> {
+    async fn open(&mut self, name: String) -> Result<Resource<Bucket>, CallError> {
+        let store = KvStore::open(
+            &self.ctx.data_dir,
+            &name,
+            self.ctx.limits.kv,
+            self.ctx.retry,
+        )
+        .await?;
+        Ok(self.table.push(Bucket { name, store })?)
+    }
+
+    async fn name(&mut self, bucket: Resource<Bucket>) -> wasmtime::Result<String> {
+        Ok(self.table.get(&bucket)?.name.clone())
+    }
+
+    async fn get(&mut self, bucket: Resource<Bucket>, key: String) -> Result<Option<Vec<u8>>, CallError> {
+        let now = self.ctx.now();
+        let store = self.table.get(&bucket)?.store.clone();
+        Ok(store.get(&key, now).await?)
+    }
+
+    async fn set(
+        &mut self,
+        bucket: Resource<Bucket>,
+        key: String,
+        value: Vec<u8>,
+        ttl_ms: Option<u64>,
+    ) -> Result<(), CallError> {
+        let now = self.ctx.now();
+        let store = self.table.get(&bucket)?.store.clone();
+        Ok(store.set(&key, &value, ttl_ms, now).await?)
+    }
+
+    async fn set_if_absent(
+        &mut self,
+        bucket: Resource<Bucket>,
+        key: String,
+        value: Vec<u8>,
+        ttl_ms: Option<u64>,
+    ) -> Result<bool, CallError> {
+        let now = self.ctx.now();
+        let store = self.table.get(&bucket)?.store.clone();
+        Ok(store.set_if_absent(&key, &value, ttl_ms, now).await?)
+    }
+
+    async fn delete(&mut self, bucket: Resource<Bucket>, key: String) -> Result<(), CallError> {
+        let store = self.table.get(&bucket)?.store.clone();
+        Ok(store.delete(&key).await?)
+    }
+
+    async fn exists(&mut self, bucket: Resource<Bucket>, key: String) -> Result<bool, CallError> {
+        let now = self.ctx.now();
+        let store = self.table.get(&bucket)?.store.clone();
+        Ok(store.exists(&key, now).await?)
+    }
+
+    async fn scan_prefix(
+        &mut self,
+        bucket: Resource<Bucket>,
+        prefix: String,
+        cursor: Option<String>,
+        limit: u32,
+    ) -> Result<ScanPage, CallError> {
+        let now = self.ctx.now();
+        let store = self.table.get(&bucket)?.store.clone();
+        let page = store.scan_prefix(&prefix, cursor.as_deref(), limit, now).await?;
+        Ok(ScanPage {
+            entries: page
+                .entries
+                .into_iter()
+                .map(|(key, value)| Entry { key, value })
+                .collect(),
+            next_cursor: page.next_cursor,
+        })
+    }
+
+    async fn drop(&mut self, bucket: Resource<Bucket>) -> wasmtime::Result<()> {
+        self.table.delete(bucket)?;
+        Ok(())
+    }
+}

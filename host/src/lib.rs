@@ -1,0 +1,85 @@
+//! `alk-host`: a WebAssembly component host that gives guests durable,
+//! shared coordination storage through the `alk:store` WIT package.
+//!
+//! Stores are [turso](https://crates.io/crates/turso) database files in
+//! multi-process WAL mode under one data directory, so several host processes
+//! (and several guests in one process) can share them safely.
+//!
+//! # Embedding
+//!
+//! Give your store data an [`AlkCtx`] and a resource table, implement
+//! [`AlkView`] (and `wasmtime_wasi::WasiView` when the guest uses WASI), and
+//! call the `add_to_linker` of the world your guests target — here the
+//! all-in one, [`add_to_linker`]:
+//!
+//! ```no_run
+//! use alk_host::{AlkCtx, AlkCtxView, AlkView};
+//! use wasmtime::component::{Component, Linker, ResourceTable};
+//! use wasmtime::{Config, Engine, Store};
+//! use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+//!
+//! struct Plugin {
+//!     wasi: WasiCtx,
+//!     alk: AlkCtx,
+//!     table: ResourceTable,
+//! }
+//!
+//! impl WasiView for Plugin {
+//!     fn ctx(&mut self) -> WasiCtxView<'_> {
+//!         WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+//!     }
+//! }
+//!
+//! impl AlkView for Plugin {
+//!     fn alk(&mut self) -> AlkCtxView<'_> {
+//!         AlkCtxView { ctx: &mut self.alk, table: &mut self.table }
+//!     }
+//! }
+//!
+//! # async fn example() -> anyhow::Result<()> {
+//! let mut config = Config::new();
+//! config.async_support(true);
+//! let engine = Engine::new(&config)?;
+//! let mut linker = Linker::<Plugin>::new(&engine);
+//! wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+//! alk_host::add_to_linker(&mut linker)?;
+//!
+//! // Each plugin gets its own context; its own data directory isolates it.
+//! let plugin = Plugin {
+//!     wasi: WasiCtx::builder().inherit_stdio().build(),
+//!     alk: AlkCtx::builder().data_dir("plugins/billing/data").build(),
+//!     table: ResourceTable::new(),
+//! };
+//! let mut store = Store::new(&engine, plugin);
+//! let component = Component::from_file(&engine, "billing.wasm")?;
+//! let command =
+//!     wasmtime_wasi::p2::bindings::Command::instantiate_async(&mut store, &component, &linker)
+//!         .await?;
+//! let _ = command.wasi_cli_run().call_run(&mut store).await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! To run a command component with everything linked, [`Runner`] does the
+//! above (plus memory and time limits) in one call; it is what
+//! `alk-host run` uses.
+
+#![deny(missing_docs)]
+
+mod bindings;
+mod ctx;
+mod error;
+pub mod kv;
+mod run;
+pub mod store;
+
+pub use ctx::{AlkCtx, AlkCtxBuilder, AlkCtxView, AlkView, Clock, Limits, ManualClock, SystemClock};
+pub use error::{AlkError, AlkResult, CallError};
+pub use run::{RunOptions, RunOutcome, RunState, RunStatus, Runner};
+
+/// Adds every alk interface (the `alk:store/imports` world) to `linker`.
+pub fn add_to_linker<T: AlkView + 'static>(
+    linker: &mut wasmtime::component::Linker<T>,
+) -> wasmtime::Result<()> {
+    kv::add_to_linker(linker)
+}

@@ -1,0 +1,229 @@
+//! Running command components: what `alk-host run` does, usable by
+//! embedders that just want to run a guest with everything linked.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use wasmtime::error::Context as _;
+use wasmtime::component::{Component, Linker, ResourceTable};
+use wasmtime::{Config, Engine, Store, StoreLimits, StoreLimitsBuilder};
+use wasmtime_wasi::p2::bindings::Command;
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+use crate::ctx::{AlkCtx, AlkCtxView, AlkView};
+
+/// How often the engine's epoch advances when a time limit is in force.
+const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// Options of one guest run.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Arguments after the program name.
+    pub args: Vec<String>,
+    /// Environment variables the guest sees (nothing is inherited).
+    pub env: Vec<(String, String)>,
+    /// Host directories preopened for the guest: `(host path, guest path)`.
+    pub dirs: Vec<(PathBuf, String)>,
+    /// Most linear memory one instance may grow to, in bytes (`None`: no limit).
+    pub max_memory_bytes: Option<usize>,
+    /// Wall-clock limit of the run (`None`: no limit).
+    pub timeout: Option<Duration>,
+    /// Capture stdout and stderr instead of inheriting the host's.
+    pub capture_output: bool,
+}
+
+/// How a guest run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunStatus {
+    /// The guest returned from `run` or called `exit`; the exit code.
+    Exited(i32),
+    /// The guest trapped (a bug in it, its memory limit, or its time limit).
+    Trapped(String),
+}
+
+/// The result of a guest run.
+#[derive(Debug, Clone)]
+pub struct RunOutcome {
+    /// How it ended.
+    pub status: RunStatus,
+    /// Captured stdout (empty unless [`RunOptions::capture_output`]).
+    pub stdout: Vec<u8>,
+    /// Captured stderr (empty unless [`RunOptions::capture_output`]).
+    pub stderr: Vec<u8>,
+}
+
+impl RunOutcome {
+    /// The status as a process exit code: the guest's own code, or 134 for
+    /// a trap (as an aborted process).
+    pub fn exit_code(&self) -> i32 {
+        match self.status {
+            RunStatus::Exited(code) => code,
+            RunStatus::Trapped(_) => 134,
+        }
+    }
+}
+
+/// The store data of a guest run by [`Runner`].
+pub struct RunState {
+    wasi: WasiCtx,
+    alk: AlkCtx,
+    table: ResourceTable,
+    limits: StoreLimits,
+}
+
+impl WasiView for RunState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+impl AlkView for RunState {
+    fn alk(&mut self) -> AlkCtxView<'_> {
+        AlkCtxView { ctx: &mut self.alk, table: &mut self.table }
+    }
+}
+
+/// An engine and a linker with the full WASI 0.2 set and every alk
+/// interface, ready to run command components. Cheap to share: run as many
+/// guests as needed, each with its own [`AlkCtx`].
+pub struct Runner {
+    engine: Engine,
+    linker: Linker<RunState>,
+    _ticker: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Runner {
+    /// A runner with the default engine configuration.
+    pub fn new() -> wasmtime::Result<Self> {
+        let mut config = Config::new();
+        config.epoch_interruption(true);
+        let engine = Engine::new(&config)?;
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+        crate::add_to_linker(&mut linker)?;
+        // The epoch only matters to runs with a time limit; ticking costs
+        // one wake-up per tick, so the ticker holds a weak engine reference
+        // and ends with the runner's engine.
+        let weak = engine.weak();
+        let ticker = std::thread::Builder::new()
+            .name("alk-epoch".into())
+            .spawn(move || {
+                while let Some(engine) = weak.upgrade() {
+                    engine.increment_epoch();
+                    drop(engine);
+                    std::thread::sleep(EPOCH_TICK);
+                }
+            })?;
+        Ok(Runner { engine, linker, _ticker: Some(ticker) })
+    }
+
+    /// The engine, for compiling components.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Compiles the component at `path`.
+    pub fn load(&self, path: &Path) -> wasmtime::Result<Component> {
+        let bytes = std::fs::read(path)
+            .with_context(|| format!("cannot read component {}", path.display()))?;
+        Component::new(&self.engine, &bytes)
+            .with_context(|| format!("{} is not a loadable WebAssembly component", path.display()))
+    }
+
+    /// Runs the command component `component` with alk context `alk`.
+    ///
+    /// `Err` means the host could not start the guest (it does not export
+    /// `wasi:cli/run`, imports something not provided, a directory cannot
+    /// be opened). Everything the guest does, including trapping, is an
+    /// `Ok` [`RunOutcome`].
+    pub async fn run(
+        &self,
+        component: &Component,
+        program: &str,
+        alk: AlkCtx,
+        opts: &RunOptions,
+    ) -> wasmtime::Result<RunOutcome> {
+        let mut wasi = WasiCtxBuilder::new();
+        wasi.arg(program);
+        wasi.args(&opts.args);
+        for (k, v) in &opts.env {
+            wasi.env(k, v);
+        }
+        for (host, guest) in &opts.dirs {
+            wasi.preopened_dir(host, guest, FsPerms::ReadWrite)
+                .with_context(|| format!("cannot open directory {} for the guest", host.display()))?;
+        }
+        let (stdout, stderr) = if opts.capture_output {
+            let out = MemoryOutputPipe::new(usize::MAX);
+            let err = MemoryOutputPipe::new(usize::MAX);
+            wasi.stdout(out.clone());
+            wasi.stderr(err.clone());
+            (Some(out), Some(err))
+        } else {
+            wasi.inherit_stdio();
+            (None, None)
+        };
+        let mut limits = StoreLimitsBuilder::new();
+        if let Some(max) = opts.max_memory_bytes {
+            limits = limits.memory_size(max).trap_on_grow_failure(true);
+        }
+        let state = RunState {
+            wasi: wasi.build(),
+            alk,
+            table: ResourceTable::new(),
+            limits: limits.build(),
+        };
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|s| &mut s.limits);
+        match opts.timeout {
+            Some(t) => {
+                let ticks = t.as_millis().div_ceil(EPOCH_TICK.as_millis()).max(1) as u64;
+                store.set_epoch_deadline(ticks);
+                store.epoch_deadline_trap();
+            }
+            None => {
+                // No limit: yield now and then so other tasks on the same
+                // executor make progress, then keep going.
+                store.set_epoch_deadline(100);
+                store.epoch_deadline_async_yield_and_update(100);
+            }
+        }
+
+        let command = Command::instantiate_async(&mut store, component, &self.linker)
+            .await
+            .context("cannot instantiate the component")?;
+        let result = command.wasi_cli_run().call_run(&mut store).await;
+        let status = match result {
+            Ok(Ok(())) => RunStatus::Exited(0),
+            Ok(Err(())) => RunStatus::Exited(1),
+            Err(e) => match e.downcast_ref::<wasmtime_wasi::I32Exit>() {
+                Some(exit) => RunStatus::Exited(exit.0),
+                None => RunStatus::Trapped(describe_trap(&e, opts)),
+            },
+        };
+        Ok(RunOutcome {
+            status,
+            stdout: stdout.map(|p| p.contents().to_vec()).unwrap_or_default(),
+            stderr: stderr.map(|p| p.contents().to_vec()).unwrap_or_default(),
+        })
+    }
+}
+
+fn describe_trap(e: &wasmtime::Error, opts: &RunOptions) -> String {
+    match e.downcast_ref::<wasmtime::Trap>() {
+        Some(wasmtime::Trap::Interrupt) => format!(
+            "the guest ran past its time limit of {:?} and was stopped",
+            opts.timeout.unwrap_or_default()
+        ),
+        _ => {
+            let mut text = format!("{e:?}");
+            if let Some(max) = opts.max_memory_bytes
+                && text.contains("memory")
+            {
+                text.push_str(&format!(" (the memory limit is {max} bytes)"));
+            }
+            text
+        }
+    }
+}

@@ -1,0 +1,13 @@
+//! Storage: the on-disk formats and the SQL that reads and writes them.
+//!
+//! Nothing in this module knows about wasmtime; every operation takes plain
+//! Rust values (and the current time, so expiry is testable without
+//! sleeping) and returns [`crate::AlkResult`].
+
+pub mod kv;
+pub mod names;
+pub mod open;
+pub mod retry;
+
+pub use open::{Format, Store, open_store};
+pub use retry::RetryPolicy;

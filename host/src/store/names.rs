@@ -1,0 +1,80 @@
+//! Name rules shared by every capability.
+//!
+//! Bucket, queue, stream, lock and channel names become directory names or
+//! rows shared by every process on a data directory, so they are held to a
+//! small, portable charset. Guest input is hostile: every rule below exists
+//! because a name breaking it could escape the data directory (`..`, `/`,
+//! NUL), hide a store (a leading `.`), collide on case-folding file systems
+//! poorly, or squat alk's own namespace.
+
+use crate::error::{AlkError, AlkResult};
+
+/// The prefix reserved for alk's own names, rejected on every entry point.
+pub const RESERVED_PREFIX: &str = "__alkstore_";
+
+/// The longest name accepted, in bytes (all accepted characters are ASCII).
+pub const MAX_NAME_LEN: usize = 100;
+
+/// Checks a shared name (bucket, queue, stream, lock, channel).
+///
+/// Rules: 1 to [`MAX_NAME_LEN`] characters from `A-Z a-z 0-9 - _ .`; not
+/// starting with `.` (which also rules out `.` and `..`); not starting with
+/// [`RESERVED_PREFIX`].
+pub fn check_name(kind: &str, name: &str) -> AlkResult<()> {
+    if name.is_empty() {
+        return Err(AlkError::InvalidName(format!("{kind} name is empty")));
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Err(AlkError::InvalidName(format!(
+            "{kind} name is {} bytes long; the limit is {MAX_NAME_LEN}",
+            name.len()
+        )));
+    }
+    if let Some(bad) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
+    {
+        return Err(AlkError::InvalidName(format!(
+            "{kind} name {:?} contains {bad:?}; allowed are A-Z a-z 0-9 - _ .",
+            name.escape_debug().to_string()
+        )));
+    }
+    if name.starts_with('.') {
+        return Err(AlkError::InvalidName(format!(
+            "{kind} name {name:?} starts with '.'"
+        )));
+    }
+    if name.starts_with(RESERVED_PREFIX) {
+        return Err(AlkError::ReservedName(format!(
+            "{kind} name {name:?} starts with the reserved prefix {RESERVED_PREFIX:?}"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_the_documented_charset() {
+        for ok in ["a", "orders", "Orders-2024_v1.2", "x.y", &"a".repeat(MAX_NAME_LEN)] {
+            check_name("bucket", ok).unwrap_or_else(|e| panic!("{ok:?} rejected: {e}"));
+        }
+    }
+
+    #[test]
+    fn rejects_each_rule() {
+        let long = "a".repeat(MAX_NAME_LEN + 1);
+        for bad in ["", ".", "..", ".hidden", "a/b", "a\\b", "a\0b", "a b", "é", long.as_str()] {
+            assert!(
+                matches!(check_name("bucket", bad), Err(AlkError::InvalidName(_))),
+                "{bad:?} accepted"
+            );
+        }
+        assert!(matches!(
+            check_name("bucket", "__alkstore_x"),
+            Err(AlkError::ReservedName(_))
+        ));
+    }
+}

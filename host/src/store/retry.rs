@@ -1,0 +1,140 @@
+//! Running operations against a store: a pooled connection per attempt,
+//! `Busy`/`BusySnapshot` retried with jittered exponential backoff up to a
+//! deadline, and never a busy-spinning wait.
+//!
+//! turso spins a CPU core while it waits for another process's write lock,
+//! and its lock hand-off is unfair. The engine wait is therefore kept to a
+//! few milliseconds (see `open.rs`) and the waiting happens here, in
+//! `tokio::time::sleep`, which costs no CPU. Every operation run here is a
+//! single statement or one transaction that is rolled back on failure, so
+//! running it again after `Busy` cannot apply it twice.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+use turso::Connection;
+
+use super::open::Store;
+use crate::error::{AlkError, AlkResult};
+
+/// How long and how often contended operations are retried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Give up with [`AlkError::Busy`] once this much time has passed.
+    pub deadline: Duration,
+    /// First pause between attempts; doubled after each attempt.
+    pub initial_backoff: Duration,
+    /// Longest pause between attempts.
+    pub max_backoff: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            deadline: Duration::from_secs(5),
+            initial_backoff: Duration::from_micros(500),
+            max_backoff: Duration::from_millis(50),
+        }
+    }
+}
+
+/// The failure of one attempt: an engine error (maybe retryable) or a
+/// domain error decided by the operation itself (never retried).
+#[derive(Debug)]
+pub enum Failure {
+    /// The engine failed.
+    Db(turso::Error),
+    /// The operation decided the request is refused.
+    Alk(AlkError),
+}
+
+impl From<turso::Error> for Failure {
+    fn from(e: turso::Error) -> Self {
+        Failure::Db(e)
+    }
+}
+
+impl From<AlkError> for Failure {
+    fn from(e: AlkError) -> Self {
+        Failure::Alk(e)
+    }
+}
+
+/// The future of one attempt of an operation.
+pub type OpFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, Failure>> + Send + 'a>>;
+
+fn is_retryable(e: &turso::Error) -> bool {
+    matches!(e, turso::Error::Busy(_) | turso::Error::BusySnapshot(_))
+}
+
+impl Store {
+    /// Runs `op` on a fresh connection, retrying contention.
+    pub(crate) async fn run<'a, T>(
+        &self,
+        mut op: impl FnMut(Connection) -> OpFuture<'a, T> + Send,
+    ) -> AlkResult<T> {
+        let policy = *self.policy();
+        let start = Instant::now();
+        let mut pause = policy.initial_backoff;
+        loop {
+            let attempt = match self.check_out() {
+                Ok(conn) => {
+                    let result = op(conn.clone()).await;
+                    self.check_in(conn);
+                    result
+                }
+                Err(e) => Err(Failure::Db(e)),
+            };
+            match attempt {
+                Ok(v) => return Ok(v),
+                Err(Failure::Alk(e)) => return Err(e),
+                Err(Failure::Db(e)) if is_retryable(&e) => {
+                    if start.elapsed() >= policy.deadline {
+                        return Err(AlkError::Busy(format!(
+                            "{} stayed locked by other writers for {:?}: {e}",
+                            self.path().display(),
+                            policy.deadline
+                        )));
+                    }
+                    // Full jitter between half and all of the pause spreads
+                    // competing processes apart.
+                    let nanos = pause.as_nanos() as u64;
+                    let jittered = rand::rng().random_range(nanos / 2..=nanos.max(1));
+                    tokio::time::sleep(Duration::from_nanos(jittered)).await;
+                    pause = (pause * 2).min(policy.max_backoff);
+                }
+                Err(Failure::Db(e)) => return Err(AlkError::Internal(e.to_string())),
+            }
+        }
+    }
+
+    /// Runs `op` inside `BEGIN IMMEDIATE` … `COMMIT` on a fresh connection,
+    /// rolling back on any failure, and retrying contention as [`Store::run`].
+    pub(crate) async fn run_immediate<'a, T: Send + 'a>(
+        &self,
+        mut op: impl FnMut(Connection) -> OpFuture<'a, T> + Send,
+    ) -> AlkResult<T> {
+        self.run(|conn: Connection| {
+            let attempt = op(conn.clone());
+            Box::pin(async move {
+            conn.execute("BEGIN IMMEDIATE", ()).await?;
+            match attempt.await {
+                Ok(v) => match conn.execute("COMMIT", ()).await {
+                    Ok(_) => Ok(v),
+                    Err(e) => {
+                        let _ = conn.execute("ROLLBACK", ()).await;
+                        Err(Failure::Db(e))
+                    }
+                },
+                Err(e) => {
+                    let _ = conn.execute("ROLLBACK", ()).await;
+                    Err(e)
+                }
+            }
+            })
+        })
+        .await
+    }
+}

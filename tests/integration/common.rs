@@ -1,0 +1,117 @@
+//! Helpers shared by the integration tests.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::{Arc, OnceLock};
+
+use alk_host::{AlkCtx, RunOptions, RunOutcome, Runner};
+use wasmtime::component::Component;
+
+/// The repository root.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+/// The path of a built guest. Panics with the command to run when missing.
+pub fn guest(name: &str) -> PathBuf {
+    let dir = std::env::var_os("ALK_GUESTS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target/guests"));
+    let path = dir.join(format!("{name}.wasm"));
+    assert!(
+        path.exists(),
+        "{} is missing: build the guests with `cargo xtask guests` (or run `cargo xtask test`)",
+        path.display()
+    );
+    path
+}
+
+/// One runner and one compiled copy of each guest per test binary.
+pub fn runner() -> &'static Runner {
+    static RUNNER: OnceLock<Runner> = OnceLock::new();
+    RUNNER.get_or_init(|| Runner::new().expect("runner"))
+}
+
+/// A compiled guest, cached across tests.
+pub fn component(name: &str) -> Component {
+    static CACHE: OnceLock<std::sync::Mutex<std::collections::HashMap<String, Component>>> =
+        OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(c) = cache.lock().unwrap().get(name) {
+        return c.clone();
+    }
+    let c = runner().load(&guest(name)).expect("compile guest");
+    cache.lock().unwrap().insert(name.to_string(), c.clone());
+    c
+}
+
+/// Runs a guest through the library with output captured.
+pub fn run_lib(name: &str, ctx: AlkCtx, args: &[&str]) -> RunOutcome {
+    run_lib_with(name, ctx, RunOptions {
+        args: args.iter().map(|s| s.to_string()).collect(),
+        capture_output: true,
+        ..Default::default()
+    })
+}
+
+/// Runs a guest through the library with the given options.
+pub fn run_lib_with(name: &str, ctx: AlkCtx, opts: RunOptions) -> RunOutcome {
+    let component = component(name);
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(runner().run(&component, name, ctx, &opts))
+        .expect("run guest")
+}
+
+/// A context on `dir`.
+pub fn ctx(dir: &Path) -> AlkCtx {
+    AlkCtx::builder().data_dir(dir).build()
+}
+
+/// A context on `dir` with an injected clock.
+pub fn ctx_with_clock(dir: &Path, clock: Arc<dyn alk_host::Clock>) -> AlkCtx {
+    AlkCtx::builder().data_dir(dir).clock(clock).build()
+}
+
+/// The `alk-host` binary.
+pub fn alk_host() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_alk-host"))
+}
+
+/// Runs `alk-host run <guest> --data-dir <dir> [extra…] -- <args…>`.
+pub fn run_cli(name: &str, dir: &Path, extra: &[&str], args: &[&str]) -> Output {
+    let mut cmd = alk_host();
+    cmd.arg("run").arg(guest(name)).arg("--data-dir").arg(dir).args(extra).arg("--").args(args);
+    cmd.output().expect("start alk-host")
+}
+
+/// Text of captured bytes.
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The Python interpreter used for stock-SQLite checks.
+pub fn python() -> String {
+    std::env::var("ALK_PYTHON").unwrap_or_else(|_| "python3".into())
+}
+
+/// What stock SQLite sees: `store <file>` or `ddl <format doc>`.
+pub fn sqlite_schema(mode: &str, path: &Path) -> serde_json::Value {
+    let out = Command::new(python())
+        .arg(root().join("tests/tools/sqlite_schema.py"))
+        .arg(mode)
+        .arg(path)
+        .output()
+        .expect("run python3");
+    assert!(out.status.success(), "sqlite_schema.py failed: {}", text(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("json")
+}
+
+/// A SHA-256-free fingerprint good enough to prove a file did not change:
+/// its full bytes.
+pub fn file_bytes(path: &Path) -> Vec<u8> {
+    std::fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
+}

@@ -1,0 +1,132 @@
+//! On-disk format checks with stock SQLite (Python's `sqlite3` on a copy,
+//! after every host process has exited), and rejection of foreign files.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::common::*;
+
+fn doc(name: &str) -> PathBuf {
+    root().join("docs/formats").join(name)
+}
+
+/// Every `localkv.sqlite` under `<dir>/kv/`.
+fn kv_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir.join("kv"))
+        .unwrap()
+        .map(|e| e.unwrap().path().join("localkv.sqlite"))
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn kv_stores_have_exactly_the_documented_schema_and_marker() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_cli("kv-contract", dir.path(), &[], &[]);
+    assert!(out.status.success(), "{}", text(&out.stdout));
+    let expected = sqlite_schema("ddl", &doc("localkv.v1.md"));
+    assert_eq!(
+        expected["meta"],
+        serde_json::json!([["format", "localkv.v1"]]),
+        "the document's DDL writes the marker"
+    );
+    let files = kv_files(dir.path());
+    assert!(files.len() >= 3, "{files:?}");
+    for file in files {
+        let seen = sqlite_schema("store", &file);
+        assert_eq!(seen["integrity"], "ok", "{}", file.display());
+        assert_eq!(seen["tables"], expected["tables"], "{}", file.display());
+        assert_eq!(seen["indexes"], expected["indexes"], "{}", file.display());
+        assert_eq!(seen["meta"], expected["meta"], "{}", file.display());
+    }
+}
+
+/// Makes `<dir>/kv/<bucket>/localkv.sqlite` with stock SQLite.
+fn foreign_store(dir: &Path, bucket: &str, script: &str) -> PathBuf {
+    let file = dir.join("kv").join(bucket).join("localkv.sqlite");
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    let py = format!(
+        "import sqlite3, sys\nc = sqlite3.connect(sys.argv[1])\nc.execute('PRAGMA journal_mode=WAL')\nc.executescript({script:?})\nc.commit()\nc.close()\n"
+    );
+    let out = Command::new(python()).arg("-c").arg(py).arg(&file).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    file
+}
+
+/// Asserts that using the bucket fails through the CLI and the library
+/// with a store-setup error naming `needles`, and that the file is
+/// byte-identical afterwards.
+fn assert_rejected(dir: &Path, bucket: &str, file: &Path, needles: &[&str]) {
+    let before = file_bytes(file);
+    let out = run_cli("kv-tool", dir, &[], &["get", bucket, "k"]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.contains("StoreSetup"), "{stdout}");
+    for n in needles {
+        assert!(stdout.contains(n), "{n:?} not in {stdout}");
+    }
+    let out = run_lib("kv-tool", ctx(dir), &["set", bucket, "k", "v"]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.exit_code(), 1, "{stdout}");
+    assert!(stdout.contains("StoreSetup"), "{stdout}");
+    assert_eq!(file_bytes(file), before, "{} was modified", file.display());
+}
+
+#[test]
+fn foreign_format_marker_is_rejected_and_the_file_left_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = foreign_store(
+        dir.path(),
+        "b",
+        "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);\
+         INSERT INTO meta VALUES ('format', 'localkv.v9');\
+         CREATE TABLE kv (key TEXT PRIMARY KEY, value BLOB NOT NULL, expires_at INTEGER);\
+         INSERT INTO kv VALUES ('k', x'01', NULL);",
+    );
+    assert_rejected(dir.path(), "b", &file, &["localkv.v9", "localkv.v1"]);
+}
+
+#[test]
+fn another_programs_database_is_rejected_and_left_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = foreign_store(
+        dir.path(),
+        "b",
+        "CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT); INSERT INTO users VALUES (1, 'ada');",
+    );
+    assert_rejected(dir.path(), "b", &file, &["users", "localkv.v1"]);
+}
+
+#[test]
+fn a_file_that_is_not_a_database_is_rejected_and_left_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("kv/b/localkv.sqlite");
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    let garbage: Vec<u8> = (0..8192u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+    std::fs::write(&file, &garbage).unwrap();
+    assert_rejected(dir.path(), "b", &file, &["localkv.v1"]);
+}
+
+#[test]
+fn a_store_reopened_after_the_host_exits_keeps_its_data() {
+    let dir = tempfile::tempdir().unwrap();
+    for i in 0..3 {
+        let out = run_cli("kv-tool", dir.path(), &[], &["set", "b", &format!("k{i}"), "v"]);
+        assert!(out.status.success(), "{}", text(&out.stdout));
+    }
+    let out = run_cli("kv-tool", dir.path(), &[], &["scan", "b", "k"]);
+    assert_eq!(text(&out.stdout), "k0=v\nk1=v\nk2=v\n");
+}
+
+#[test]
+fn the_data_directory_is_created_only_when_a_capability_is_used() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let out = run_cli("misbehave", &data, &[], &["exit", "0"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(!data.exists(), "a run that used no capability created {}", data.display());
+    let out = run_cli("kv-tool", &data, &[], &["set", "b", "k", "v"]);
+    assert!(out.status.success());
+    assert!(data.join("kv/b/localkv.sqlite").exists());
+}

@@ -1,0 +1,11 @@
+//! Integration tests: guest components run against the host, through the
+//! library and through the `alk-host` binary, in one and in several OS
+//! processes. Guests are built by `cargo xtask guests` (run by
+//! `cargo xtask test`).
+
+mod common;
+mod contract;
+mod format;
+mod guest_limits;
+mod kv_clock;
+mod multiprocess;

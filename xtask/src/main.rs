@@ -1,0 +1,182 @@
+//! `cargo xtask <command>`: building guests, running the demo and the tests.
+//!
+//! - `guests`: builds every guest component into `target/guests/<name>.wasm`
+//!   (Rust guests from `guest/`, Python guests from `guest/python/<name>`
+//!   as `<name>-py.wasm`). Installs the `wasm32-wasip2` target and the
+//!   Python tooling (into `target/py`) when missing.
+//! - `demo`: builds the host and `hello`, then runs `hello` twice with
+//!   `alk-host run` on a demo data directory.
+//! - `test`: builds the guests, then runs every test of the workspace.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+/// The componentize-py release the Python guests are built with.
+const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
+
+/// Rust guests copied to `target/guests`.
+const RUST_GUESTS: &[&str] = &["kv-contract", "kv-race", "kv-tool", "hello", "misbehave"];
+
+/// The world Python guests bind.
+const PYTHON_WORLD: &str = "command";
+
+type Result<T> = std::result::Result<T, String>;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("guests") => guests().map(|_| ()),
+        Some("demo") => demo(),
+        Some("test") => test(&args[1..]),
+        _ => {
+            eprintln!("usage: cargo xtask <guests|demo|test [cargo test args…]>");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+fn cargo() -> Command {
+    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+}
+
+fn run(cmd: &mut Command) -> Result<()> {
+    eprintln!("xtask: running {cmd:?}");
+    let status = cmd.status().map_err(|e| format!("cannot start {cmd:?}: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{cmd:?} failed with {status}"))
+    }
+}
+
+fn output(cmd: &mut Command) -> Result<String> {
+    let out = cmd.output().map_err(|e| format!("cannot start {cmd:?}: {e}"))?;
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn ensure_wasm_target() -> Result<()> {
+    let installed = output(Command::new("rustup").args(["target", "list", "--installed"]))?;
+    if !installed.lines().any(|l| l.trim() == "wasm32-wasip2") {
+        run(Command::new("rustup").args(["target", "add", "wasm32-wasip2"]))?;
+    }
+    Ok(())
+}
+
+/// A private virtualenv with componentize-py; nothing is installed globally.
+fn ensure_componentize_py(root: &Path) -> Result<PathBuf> {
+    let venv = root.join("target/py");
+    let bin = venv.join("bin/componentize-py");
+    let marker = venv.join("installed.txt");
+    if bin.exists() && std::fs::read_to_string(&marker).ok().as_deref() == Some(COMPONENTIZE_PY) {
+        return Ok(bin);
+    }
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    run(Command::new(&python).args(["-m", "venv"]).arg(&venv))?;
+    run(Command::new(venv.join("bin/python"))
+        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", COMPONENTIZE_PY]))?;
+    std::fs::write(&marker, COMPONENTIZE_PY).map_err(|e| e.to_string())?;
+    Ok(bin)
+}
+
+fn guests() -> Result<PathBuf> {
+    let root = root();
+    let out = root.join("target/guests");
+    std::fs::create_dir_all(&out).map_err(|e| e.to_string())?;
+    ensure_wasm_target()?;
+    run(cargo()
+        .current_dir(root.join("guest"))
+        .args(["build", "--release", "--target", "wasm32-wasip2", "--target-dir"])
+        .arg(root.join("target/wasm")))?;
+    for name in RUST_GUESTS {
+        let built = root.join(format!("target/wasm/wasm32-wasip2/release/{name}.wasm"));
+        std::fs::copy(&built, out.join(format!("{name}.wasm")))
+            .map_err(|e| format!("cannot copy {}: {e}", built.display()))?;
+    }
+
+    let python_dir = root.join("guest/python");
+    let mut python_guests: Vec<PathBuf> = std::fs::read_dir(&python_dir)
+        .map_err(|e| format!("{}: {e}", python_dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.join("app.py").exists())
+        .collect();
+    python_guests.sort();
+    if !python_guests.is_empty() {
+        let componentize = ensure_componentize_py(&root)?;
+        for dir in python_guests {
+            let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+            let target = out.join(format!("{name}-py.wasm"));
+            if is_fresh(&target, &[&dir, &root.join("wit")]) {
+                continue;
+            }
+            run(Command::new(&componentize)
+                .current_dir(&root)
+                .args(["-d", "wit", "-w", PYTHON_WORLD, "componentize", "app", "-p"])
+                .arg(&dir)
+                .arg("-o")
+                .arg(&target))?;
+        }
+    }
+    eprintln!("xtask: guests are in {}", out.display());
+    Ok(out)
+}
+
+/// Whether `target` is newer than every file under `sources`.
+fn is_fresh(target: &Path, sources: &[&Path]) -> bool {
+    fn newest(p: &Path) -> Option<std::time::SystemTime> {
+        let meta = std::fs::metadata(p).ok()?;
+        if meta.is_dir() {
+            std::fs::read_dir(p)
+                .ok()?
+                .filter_map(|e| e.ok())
+                .filter(|e| e.file_name() != "__pycache__")
+                .filter_map(|e| newest(&e.path()))
+                .max()
+        } else {
+            meta.modified().ok()
+        }
+    }
+    let Some(built) = std::fs::metadata(target).and_then(|m| m.modified()).ok() else {
+        return false;
+    };
+    sources.iter().all(|s| newest(s).is_none_or(|t| t < built))
+}
+
+fn demo() -> Result<()> {
+    let root = root();
+    let guests = guests()?;
+    run(cargo().current_dir(&root).args(["build", "--quiet", "-p", "alk-host", "--bin", "alk-host"]))?;
+    let host = root.join("target/debug/alk-host");
+    let data = root.join("target/demo-data");
+    for visitor in ["Ada", "Grace"] {
+        eprintln!("\n$ alk-host run target/guests/hello.wasm --data-dir target/demo-data -- {visitor}");
+        run(Command::new(&host)
+            .arg("run")
+            .arg(guests.join("hello.wasm"))
+            .arg("--data-dir")
+            .arg(&data)
+            .args(["--", visitor]))?;
+    }
+    Ok(())
+}
+
+fn test(extra: &[String]) -> Result<()> {
+    let root = root();
+    let guests = guests()?;
+    run(cargo()
+        .current_dir(&root)
+        .env("ALK_GUESTS", &guests)
+        .env("ALK_PYTHON", std::env::var("PYTHON").unwrap_or_else(|_| "python3".into()))
+        .args(["test", "--workspace"])
+        .args(extra))
+}

@@ -103,7 +103,12 @@ impl From<AlkError> for crate::bindings::alk::store::types::Error {
                 Error::PayloadTooLarge(TooLarge { size, limit })
             }
             AlkError::Busy(m) => Error::Busy(m),
-            AlkError::StoreSetup { ref path, ref found, supported, .. } => {
+            AlkError::StoreSetup {
+                ref path,
+                ref found,
+                supported,
+                ..
+            } => {
                 // The message is the whole sentence (path, both formats,
                 // detail), so a guest that only prints it says everything.
                 Error::StoreSetup(SetupFailure {

@@ -57,7 +57,11 @@ impl kv::HostBucket for AlkCtxView<'_> {
         Ok(self.table.get(&bucket)?.name.clone())
     }
 
-    async fn get(&mut self, bucket: Resource<Bucket>, key: String) -> Result<Option<Vec<u8>>, CallError> {
+    async fn get(
+        &mut self,
+        bucket: Resource<Bucket>,
+        key: String,
+    ) -> Result<Option<Vec<u8>>, CallError> {
         let now = self.ctx.now();
         let store = self.table.get(&bucket)?.store.clone();
         Ok(store.get(&key, now).await?)
@@ -107,7 +111,9 @@ impl kv::HostBucket for AlkCtxView<'_> {
     ) -> Result<ScanPage, CallError> {
         let now = self.ctx.now();
         let store = self.table.get(&bucket)?.store.clone();
-        let page = store.scan_prefix(&prefix, cursor.as_deref(), limit, now).await?;
+        let page = store
+            .scan_prefix(&prefix, cursor.as_deref(), limit, now)
+            .await?;
         Ok(ScanPage {
             entries: page
                 .entries

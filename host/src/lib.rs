@@ -73,7 +73,9 @@ pub mod kv;
 mod run;
 pub mod store;
 
-pub use ctx::{AlkCtx, AlkCtxBuilder, AlkCtxView, AlkView, Clock, Limits, ManualClock, SystemClock};
+pub use ctx::{
+    AlkCtx, AlkCtxBuilder, AlkCtxView, AlkView, Clock, Limits, ManualClock, SystemClock,
+};
 pub use error::{AlkError, AlkResult, CallError};
 pub use run::{RunOptions, RunOutcome, RunState, RunStatus, Runner};
 

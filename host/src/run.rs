@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use wasmtime::error::Context as _;
 use wasmtime::component::{Component, Linker, ResourceTable};
+use wasmtime::error::Context as _;
 use wasmtime::{Config, Engine, Store, StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::p2::bindings::Command;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
@@ -74,13 +74,19 @@ pub struct RunState {
 
 impl WasiView for RunState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
     }
 }
 
 impl AlkView for RunState {
     fn alk(&mut self) -> AlkCtxView<'_> {
-        AlkCtxView { ctx: &mut self.alk, table: &mut self.table }
+        AlkCtxView {
+            ctx: &mut self.alk,
+            table: &mut self.table,
+        }
     }
 }
 
@@ -115,7 +121,11 @@ impl Runner {
                     std::thread::sleep(EPOCH_TICK);
                 }
             })?;
-        Ok(Runner { engine, linker, _ticker: Some(ticker) })
+        Ok(Runner {
+            engine,
+            linker,
+            _ticker: Some(ticker),
+        })
     }
 
     /// The engine, for compiling components.
@@ -152,7 +162,9 @@ impl Runner {
         }
         for (host, guest) in &opts.dirs {
             wasi.preopened_dir(host, guest, FsPerms::ReadWrite)
-                .with_context(|| format!("cannot open directory {} for the guest", host.display()))?;
+                .with_context(|| {
+                    format!("cannot open directory {} for the guest", host.display())
+                })?;
         }
         let (stdout, stderr) = if opts.capture_output {
             let out = MemoryOutputPipe::new(usize::MAX);

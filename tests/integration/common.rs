@@ -9,7 +9,10 @@ use wasmtime::component::Component;
 
 /// The repository root.
 pub fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 /// The path of a built guest. Panics with the command to run when missing.
@@ -47,11 +50,15 @@ pub fn component(name: &str) -> Component {
 
 /// Runs a guest through the library with output captured.
 pub fn run_lib(name: &str, ctx: AlkCtx, args: &[&str]) -> RunOutcome {
-    run_lib_with(name, ctx, RunOptions {
-        args: args.iter().map(|s| s.to_string()).collect(),
-        capture_output: true,
-        ..Default::default()
-    })
+    run_lib_with(
+        name,
+        ctx,
+        RunOptions {
+            args: args.iter().map(|s| s.to_string()).collect(),
+            capture_output: true,
+            ..Default::default()
+        },
+    )
 }
 
 /// Runs a guest through the library with the given options.
@@ -84,7 +91,13 @@ pub fn alk_host() -> Command {
 /// Runs `alk-host run <guest> --data-dir <dir> [extra…] -- <args…>`.
 pub fn run_cli(name: &str, dir: &Path, extra: &[&str], args: &[&str]) -> Output {
     let mut cmd = alk_host();
-    cmd.arg("run").arg(guest(name)).arg("--data-dir").arg(dir).args(extra).arg("--").args(args);
+    cmd.arg("run")
+        .arg(guest(name))
+        .arg("--data-dir")
+        .arg(dir)
+        .args(extra)
+        .arg("--")
+        .args(args);
     cmd.output().expect("start alk-host")
 }
 
@@ -106,7 +119,11 @@ pub fn sqlite_schema(mode: &str, path: &Path) -> serde_json::Value {
         .arg(path)
         .output()
         .expect("run python3");
-    assert!(out.status.success(), "sqlite_schema.py failed: {}", text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "sqlite_schema.py failed: {}",
+        text(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).expect("json")
 }
 

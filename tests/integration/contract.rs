@@ -12,14 +12,22 @@ fn passed_cases(stdout: &str, stderr: &str, code: i32, who: &str) -> Vec<String>
         .map(str::to_string)
         .collect();
     let summary = format!("{} passed, 0 failed", cases.len());
-    assert!(stdout.lines().any(|l| l == summary), "{who}: no summary line {summary:?}:\n{stdout}");
+    assert!(
+        stdout.lines().any(|l| l == summary),
+        "{who}: no summary line {summary:?}:\n{stdout}"
+    );
     cases
 }
 
 fn lib(name: &str) -> Vec<String> {
     let dir = tempfile::tempdir().unwrap();
     let out = run_lib(name, ctx(dir.path()), &[]);
-    passed_cases(&text(&out.stdout), &text(&out.stderr), out.exit_code(), name)
+    passed_cases(
+        &text(&out.stdout),
+        &text(&out.stderr),
+        out.exit_code(),
+        name,
+    )
 }
 
 fn cli(name: &str) -> Vec<String> {

@@ -49,7 +49,12 @@ fn foreign_store(dir: &Path, bucket: &str, script: &str) -> PathBuf {
     let py = format!(
         "import sqlite3, sys\nc = sqlite3.connect(sys.argv[1])\nc.execute('PRAGMA journal_mode=WAL')\nc.executescript({script:?})\nc.commit()\nc.close()\n"
     );
-    let out = Command::new(python()).arg("-c").arg(py).arg(&file).output().unwrap();
+    let out = Command::new(python())
+        .arg("-c")
+        .arg(py)
+        .arg(&file)
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
     file
 }
@@ -103,7 +108,9 @@ fn a_file_that_is_not_a_database_is_rejected_and_left_untouched() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("kv/b/localkv.sqlite");
     std::fs::create_dir_all(file.parent().unwrap()).unwrap();
-    let garbage: Vec<u8> = (0..8192u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+    let garbage: Vec<u8> = (0..8192u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
     std::fs::write(&file, &garbage).unwrap();
     assert_rejected(dir.path(), "b", &file, &["localkv.v1"]);
 }
@@ -112,7 +119,12 @@ fn a_file_that_is_not_a_database_is_rejected_and_left_untouched() {
 fn a_store_reopened_after_the_host_exits_keeps_its_data() {
     let dir = tempfile::tempdir().unwrap();
     for i in 0..3 {
-        let out = run_cli("kv-tool", dir.path(), &[], &["set", "b", &format!("k{i}"), "v"]);
+        let out = run_cli(
+            "kv-tool",
+            dir.path(),
+            &[],
+            &["set", "b", &format!("k{i}"), "v"],
+        );
         assert!(out.status.success(), "{}", text(&out.stdout));
     }
     let out = run_cli("kv-tool", dir.path(), &[], &["scan", "b", "k"]);
@@ -125,7 +137,11 @@ fn the_data_directory_is_created_only_when_a_capability_is_used() {
     let data = dir.path().join("data");
     let out = run_cli("misbehave", &data, &[], &["exit", "0"]);
     assert_eq!(out.status.code(), Some(0));
-    assert!(!data.exists(), "a run that used no capability created {}", data.display());
+    assert!(
+        !data.exists(),
+        "a run that used no capability created {}",
+        data.display()
+    );
     let out = run_cli("kv-tool", &data, &[], &["set", "b", "k", "v"]);
     assert!(out.status.success());
     assert!(data.join("kv/b/localkv.sqlite").exists());

@@ -11,7 +11,11 @@ use crate::common::*;
 fn a_trapping_guest_keeps_what_it_wrote() {
     let dir = tempfile::tempdir().unwrap();
     let out = run_lib("misbehave", ctx(dir.path()), &["write-then-trap", "b"]);
-    assert!(matches!(out.status, RunStatus::Trapped(_)), "{:?}", out.status);
+    assert!(
+        matches!(out.status, RunStatus::Trapped(_)),
+        "{:?}",
+        out.status
+    );
     let out = run_lib("kv-tool", ctx(dir.path()), &["get", "b", "before-trap"]);
     assert_eq!(text(&out.stdout), "kept\n");
 }
@@ -21,43 +25,68 @@ fn a_trapping_guest_exits_134_through_the_cli() {
     let dir = tempfile::tempdir().unwrap();
     let out = run_cli("misbehave", dir.path(), &[], &["write-then-trap", "b"]);
     assert_eq!(out.status.code(), Some(134));
-    assert!(text(&out.stderr).contains("alk-host: guest trapped"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("alk-host: guest trapped"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 #[test]
 fn a_looping_guest_is_stopped_at_its_time_limit() {
     let dir = tempfile::tempdir().unwrap();
-    let out = run_lib_with("misbehave", ctx(dir.path()), RunOptions {
-        args: vec!["loop".into()],
-        timeout: Some(Duration::from_millis(300)),
-        capture_output: true,
-        ..Default::default()
-    });
+    let out = run_lib_with(
+        "misbehave",
+        ctx(dir.path()),
+        RunOptions {
+            args: vec!["loop".into()],
+            timeout: Some(Duration::from_millis(300)),
+            capture_output: true,
+            ..Default::default()
+        },
+    );
     match out.status {
         RunStatus::Trapped(msg) => assert!(msg.contains("time limit"), "{msg}"),
         other => panic!("{other:?}"),
     }
     let out = run_cli("misbehave", dir.path(), &["--timeout", "0.3"], &["loop"]);
     assert_eq!(out.status.code(), Some(134));
-    assert!(text(&out.stderr).contains("time limit"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("time limit"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 #[test]
 fn a_guest_exhausting_memory_is_stopped_at_its_limit() {
     let dir = tempfile::tempdir().unwrap();
-    let out = run_lib_with("misbehave", ctx(dir.path()), RunOptions {
-        args: vec!["oom".into()],
-        max_memory_bytes: Some(64 << 20),
-        capture_output: true,
-        ..Default::default()
-    });
+    let out = run_lib_with(
+        "misbehave",
+        ctx(dir.path()),
+        RunOptions {
+            args: vec!["oom".into()],
+            max_memory_bytes: Some(64 << 20),
+            capture_output: true,
+            ..Default::default()
+        },
+    );
     match out.status {
         RunStatus::Trapped(msg) => assert!(msg.contains("memory"), "{msg}"),
         other => panic!("{other:?}"),
     }
-    let out = run_cli("misbehave", dir.path(), &["--max-memory-mib", "64"], &["oom"]);
+    let out = run_cli(
+        "misbehave",
+        dir.path(),
+        &["--max-memory-mib", "64"],
+        &["oom"],
+    );
     assert_eq!(out.status.code(), Some(134));
-    assert!(text(&out.stderr).contains("memory"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("memory"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 #[test]
@@ -77,12 +106,18 @@ fn host_failures_print_one_line_and_exit_2() {
     let missing = dir.path().join("missing.wasm");
     let not_wasm = dir.path().join("not.wasm");
     std::fs::write(&not_wasm, b"hello").unwrap();
-    for (component, needle) in [(&missing, "cannot read component"), (&not_wasm, "not a loadable")] {
+    for (component, needle) in [
+        (&missing, "cannot read component"),
+        (&not_wasm, "not a loadable"),
+    ] {
         let out = alk_host().arg("run").arg(component).output().unwrap();
         let stderr = text(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{stderr}");
         assert_eq!(stderr.lines().count(), 1, "{stderr}");
-        assert!(stderr.starts_with("alk-host: error: ") && stderr.contains(needle), "{stderr}");
+        assert!(
+            stderr.starts_with("alk-host: error: ") && stderr.contains(needle),
+            "{stderr}"
+        );
     }
 }
 
@@ -92,22 +127,52 @@ fn the_cli_passes_env_args_and_dirs() {
     let shared = dir.path().join("shared");
     std::fs::create_dir_all(&shared).unwrap();
     std::fs::write(shared.join("note.txt"), "from the host").unwrap();
-    let out = run_cli("kv-tool", dir.path(), &["--env", "GREETING=hi there"], &["getenv", "GREETING"]);
+    let out = run_cli(
+        "kv-tool",
+        dir.path(),
+        &["--env", "GREETING=hi there"],
+        &["getenv", "GREETING"],
+    );
     assert_eq!(text(&out.stdout), "hi there\n");
     let out = run_cli("kv-tool", dir.path(), &[], &["getenv", "HOME"]);
-    assert_eq!(text(&out.stdout), "(unset)\n", "the host environment leaked");
+    assert_eq!(
+        text(&out.stdout),
+        "(unset)\n",
+        "the host environment leaked"
+    );
     let mount = format!("{}::/data", shared.display());
-    let out = run_cli("kv-tool", dir.path(), &["--dir", &mount], &["read", "/data/note.txt"]);
-    assert_eq!(text(&out.stdout), "from the host\n", "{}", text(&out.stderr));
+    let out = run_cli(
+        "kv-tool",
+        dir.path(),
+        &["--dir", &mount],
+        &["read", "/data/note.txt"],
+    );
+    assert_eq!(
+        text(&out.stdout),
+        "from the host\n",
+        "{}",
+        text(&out.stderr)
+    );
     let out = run_cli("kv-tool", dir.path(), &[], &["read", "/data/note.txt"]);
-    assert_eq!(out.status.code(), Some(1), "a file was readable without --dir");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a file was readable without --dir"
+    );
 }
 
 #[test]
 fn help_documents_every_flag() {
     let out = alk_host().args(["run", "--help"]).output().unwrap();
     let help = text(&out.stdout);
-    for flag in ["--data-dir", "--env", "--dir", "--max-memory-mib", "--timeout", "[ARGS]"] {
+    for flag in [
+        "--data-dir",
+        "--env",
+        "--dir",
+        "--max-memory-mib",
+        "--timeout",
+        "[ARGS]",
+    ] {
         assert!(help.contains(flag), "{flag} missing from:\n{help}");
     }
 }

@@ -16,16 +16,29 @@ fn ttl_expires_exactly_at_the_deadline_and_the_key_can_be_taken_over() {
         assert_eq!(out.exit_code(), 0, "{}", text(&out.stdout));
         text(&out.stdout).trim().to_string()
     };
-    assert_eq!(tool(&["set-if-absent", "leases", "job-1", "worker-a", "1000"]), "won");
+    assert_eq!(
+        tool(&["set-if-absent", "leases", "job-1", "worker-a", "1000"]),
+        "won"
+    );
     clock.advance(999);
     assert_eq!(tool(&["get", "leases", "job-1"]), "worker-a");
-    assert_eq!(tool(&["set-if-absent", "leases", "job-1", "worker-b", "1000"]), "lost");
+    assert_eq!(
+        tool(&["set-if-absent", "leases", "job-1", "worker-b", "1000"]),
+        "lost"
+    );
     assert_eq!(tool(&["scan", "leases", "job-"]), "job-1=worker-a");
     // expires_at == now counts as expired.
     clock.advance(1);
-    assert_eq!(tool(&["scan", "leases", "job-"]), "", "scan shows an expired key");
+    assert_eq!(
+        tool(&["scan", "leases", "job-"]),
+        "",
+        "scan shows an expired key"
+    );
     assert_eq!(tool(&["exists", "leases", "job-1"]), "false");
-    assert_eq!(tool(&["set-if-absent", "leases", "job-1", "worker-b", "1000"]), "won");
+    assert_eq!(
+        tool(&["set-if-absent", "leases", "job-1", "worker-b", "1000"]),
+        "won"
+    );
     assert_eq!(tool(&["get", "leases", "job-1"]), "worker-b");
     // A plain set without TTL makes the key permanent.
     assert_eq!(tool(&["set", "leases", "job-1", "worker-c"]), "ok");

@@ -32,12 +32,27 @@ fn conditional_set_has_exactly_one_winner_per_key_across_processes() {
     for (w, child) in children.into_iter().enumerate() {
         let out = child.wait_with_output().unwrap();
         let stdout = text(&out.stdout);
-        assert!(out.status.success(), "racer w{w} failed: {stdout}{}", text(&out.stderr));
-        let wins: Vec<&str> = stdout.lines().filter_map(|l| l.strip_prefix("win ")).collect();
-        let done: usize = stdout.lines().find_map(|l| l.strip_prefix("done ")).unwrap().parse().unwrap();
+        assert!(
+            out.status.success(),
+            "racer w{w} failed: {stdout}{}",
+            text(&out.stderr)
+        );
+        let wins: Vec<&str> = stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix("win "))
+            .collect();
+        let done: usize = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("done "))
+            .unwrap()
+            .parse()
+            .unwrap();
         assert_eq!(wins.len(), done);
         for key in wins {
-            winners.entry(key.to_string()).or_default().push(format!("w{w}"));
+            winners
+                .entry(key.to_string())
+                .or_default()
+                .push(format!("w{w}"));
         }
     }
     assert_eq!(winners.len(), KEYS, "some keys had no winner");

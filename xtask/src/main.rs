@@ -6,7 +6,10 @@
 //!   Python tooling (into `target/py`) when missing.
 //! - `demo`: builds the host and `hello`, then runs `hello` twice with
 //!   `alk-host run` on a demo data directory.
-//! - `test`: builds the guests, then runs every test of the workspace.
+//! - `test`: checks the vendored WIT, builds the guests, then runs every
+//!   test of the workspace.
+//! - `vendor-wit [--check]`: copies the WASI 0.2 WIT of the pinned
+//!   `wasmtime-wasi` release into `wit/deps/` (or checks that it matches).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -28,8 +31,11 @@ fn main() -> ExitCode {
         Some("guests") => guests().map(|_| ()),
         Some("demo") => demo(),
         Some("test") => test(&args[1..]),
+        Some("vendor-wit") => vendor_wit(args.get(1).map(String::as_str) == Some("--check")),
         _ => {
-            eprintln!("usage: cargo xtask <guests|demo|test [cargo test args…]>");
+            eprintln!(
+                "usage: cargo xtask <guests|demo|test [cargo test args…]|vendor-wit [--check]>"
+            );
             return ExitCode::from(2);
         }
     };
@@ -43,7 +49,10 @@ fn main() -> ExitCode {
 }
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 fn cargo() -> Command {
@@ -52,7 +61,20 @@ fn cargo() -> Command {
 
 fn run(cmd: &mut Command) -> Result<()> {
     eprintln!("xtask: running {cmd:?}");
-    let status = cmd.status().map_err(|e| format!("cannot start {cmd:?}: {e}"))?;
+    let status = cmd
+        .status()
+        .map_err(|e| format!("cannot start {cmd:?}: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{cmd:?} failed with {status}"))
+    }
+}
+
+fn run_quiet(cmd: &mut Command) -> Result<()> {
+    let status = cmd
+        .status()
+        .map_err(|e| format!("cannot start {cmd:?}: {e}"))?;
     if status.success() {
         Ok(())
     } else {
@@ -61,7 +83,9 @@ fn run(cmd: &mut Command) -> Result<()> {
 }
 
 fn output(cmd: &mut Command) -> Result<String> {
-    let out = cmd.output().map_err(|e| format!("cannot start {cmd:?}: {e}"))?;
+    let out = cmd
+        .output()
+        .map_err(|e| format!("cannot start {cmd:?}: {e}"))?;
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
@@ -83,8 +107,14 @@ fn ensure_componentize_py(root: &Path) -> Result<PathBuf> {
     }
     let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
     run(Command::new(&python).args(["-m", "venv"]).arg(&venv))?;
-    run(Command::new(venv.join("bin/python"))
-        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", COMPONENTIZE_PY]))?;
+    run(Command::new(venv.join("bin/python")).args([
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        COMPONENTIZE_PY,
+    ]))?;
     std::fs::write(&marker, COMPONENTIZE_PY).map_err(|e| e.to_string())?;
     Ok(bin)
 }
@@ -96,7 +126,13 @@ fn guests() -> Result<PathBuf> {
     ensure_wasm_target()?;
     run(cargo()
         .current_dir(root.join("guest"))
-        .args(["build", "--release", "--target", "wasm32-wasip2", "--target-dir"])
+        .args([
+            "build",
+            "--release",
+            "--target",
+            "wasm32-wasip2",
+            "--target-dir",
+        ])
         .arg(root.join("target/wasm")))?;
     for name in RUST_GUESTS {
         let built = root.join(format!("target/wasm/wasm32-wasip2/release/{name}.wasm"));
@@ -155,28 +191,87 @@ fn is_fresh(target: &Path, sources: &[&Path]) -> bool {
 fn demo() -> Result<()> {
     let root = root();
     let guests = guests()?;
-    run(cargo().current_dir(&root).args(["build", "--quiet", "-p", "alk-host", "--bin", "alk-host"]))?;
+    run(cargo()
+        .current_dir(&root)
+        .args(["build", "--quiet", "-p", "alk-host", "--bin", "alk-host"]))?;
     let host = root.join("target/debug/alk-host");
     let data = root.join("target/demo-data");
     for visitor in ["Ada", "Grace"] {
-        eprintln!("\n$ alk-host run target/guests/hello.wasm --data-dir target/demo-data -- {visitor}");
-        run(Command::new(&host)
-            .arg("run")
-            .arg(guests.join("hello.wasm"))
-            .arg("--data-dir")
-            .arg(&data)
-            .args(["--", visitor]))?;
+        eprintln!(
+            "\n$ alk-host run target/guests/hello.wasm --data-dir target/demo-data -- {visitor}"
+        );
+        run_quiet(
+            Command::new(&host)
+                .arg("run")
+                .arg(guests.join("hello.wasm"))
+                .arg("--data-dir")
+                .arg(&data)
+                .args(["--", visitor]),
+        )?;
     }
     Ok(())
 }
 
 fn test(extra: &[String]) -> Result<()> {
     let root = root();
+    vendor_wit(true)?;
     let guests = guests()?;
     run(cargo()
         .current_dir(&root)
         .env("ALK_GUESTS", &guests)
-        .env("ALK_PYTHON", std::env::var("PYTHON").unwrap_or_else(|_| "python3".into()))
+        .env(
+            "ALK_PYTHON",
+            std::env::var("PYTHON").unwrap_or_else(|_| "python3".into()),
+        )
         .args(["test", "--workspace"])
         .args(extra))
+}
+
+/// The WASI packages alk's worlds build on, as vendored in `wit/deps/`.
+const WASI_PACKAGES: &[&str] = &["cli", "clocks", "filesystem", "io", "random", "sockets"];
+
+/// Copies (or, with `check`, compares) the WASI WIT shipped inside the
+/// pinned `wasmtime-wasi` crate into `wit/deps/<package>/<package>.wit`.
+fn vendor_wit(check: bool) -> Result<()> {
+    let root = root();
+    let metadata = output(
+        cargo()
+            .current_dir(&root)
+            .args(["metadata", "--format-version", "1"]),
+    )?;
+    // The manifest path of the wasmtime-wasi package the lock file pins.
+    let manifest = metadata
+        .split("\"manifest_path\":\"")
+        .skip(1)
+        .filter_map(|rest| rest.split('"').next())
+        .find(|p| p.contains("/wasmtime-wasi-") && p.ends_with("/Cargo.toml"))
+        .ok_or("wasmtime-wasi not found in `cargo metadata`")?;
+    let source = Path::new(manifest)
+        .parent()
+        .unwrap()
+        .join("src/p2/wit/deps");
+    let mut stale = Vec::new();
+    for pkg in WASI_PACKAGES {
+        let from = source.join(format!("{pkg}.wit"));
+        let to = root.join(format!("wit/deps/{pkg}/{pkg}.wit"));
+        let want = std::fs::read(&from).map_err(|e| format!("{}: {e}", from.display()))?;
+        if std::fs::read(&to).ok().as_deref() == Some(want.as_slice()) {
+            continue;
+        }
+        if check {
+            stale.push(to.display().to_string());
+        } else {
+            std::fs::create_dir_all(to.parent().unwrap()).map_err(|e| e.to_string())?;
+            std::fs::write(&to, want).map_err(|e| e.to_string())?;
+            eprintln!("xtask: vendored {}", to.display());
+        }
+    }
+    if stale.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "wit/deps differs from the pinned wasmtime-wasi ({}); run `cargo xtask vendor-wit`",
+            stale.join(", ")
+        ))
+    }
 }

@@ -115,6 +115,10 @@ impl RunCommand {
 
 /// An error and its causes on one line.
 fn one_line(e: &wasmtime::Error) -> String {
-    let text = e.chain().map(|c| c.to_string()).collect::<Vec<_>>().join(": ");
+    let text = e
+        .chain()
+        .map(|c| c.to_string())
+        .collect::<Vec<_>>()
+        .join(": ");
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }

@@ -29,7 +29,10 @@ CREATE TABLE IF NOT EXISTS kv (
 ";
 
 /// The `localkv.v1` format.
-pub static FORMAT: Format = Format { marker: "localkv.v1", ddl: DDL };
+pub static FORMAT: Format = Format {
+    marker: "localkv.v1",
+    ddl: DDL,
+};
 
 /// Reads a key.
 pub const SELECT: &str = "SELECT value, expires_at FROM kv WHERE key = ?1";
@@ -60,7 +63,10 @@ pub struct KvLimits {
 
 impl Default for KvLimits {
     fn default() -> Self {
-        KvLimits { max_key_bytes: 1024, max_value_bytes: 1024 * 1024 }
+        KvLimits {
+            max_key_bytes: 1024,
+            max_value_bytes: 1024 * 1024,
+        }
     }
 }
 
@@ -139,7 +145,9 @@ impl KvStore {
         }
         // SQLite text with NUL is truncated by many readers; refuse it.
         if key.contains('\0') {
-            return Err(AlkError::InvalidArgument("key contains a NUL character".into()));
+            return Err(AlkError::InvalidArgument(
+                "key contains a NUL character".into(),
+            ));
         }
         Ok(())
     }
@@ -160,12 +168,16 @@ impl KvStore {
     fn expiry(ttl_ms: Option<u64>, now: i64) -> AlkResult<Option<i64>> {
         match ttl_ms {
             None => Ok(None),
-            Some(0) => Err(AlkError::InvalidArgument("ttl-ms is 0; omit it for no expiry".into())),
+            Some(0) => Err(AlkError::InvalidArgument(
+                "ttl-ms is 0; omit it for no expiry".into(),
+            )),
             Some(ttl) => i64::try_from(ttl)
                 .ok()
                 .and_then(|ttl| now.checked_add(ttl))
                 .map(Some)
-                .ok_or_else(|| AlkError::InvalidArgument(format!("ttl-ms {ttl} overflows the clock"))),
+                .ok_or_else(|| {
+                    AlkError::InvalidArgument(format!("ttl-ms {ttl} overflows the clock"))
+                }),
         }
     }
 
@@ -173,16 +185,18 @@ impl KvStore {
     pub async fn get(&self, key: &str, now: i64) -> AlkResult<Option<Vec<u8>>> {
         self.check_key(key)?;
         self.store
-            .run(|conn: Connection| Box::pin(async move {
-                let Some((value, expires_at)) = select(&conn, key).await? else {
-                    return Ok(None);
-                };
-                if expired(expires_at, now) {
-                    conn.execute(DELETE_EXPIRED, (key, now)).await?;
-                    return Ok(None);
-                }
-                Ok(Some(value))
-            }))
+            .run(|conn: Connection| {
+                Box::pin(async move {
+                    let Some((value, expires_at)) = select(&conn, key).await? else {
+                        return Ok(None);
+                    };
+                    if expired(expires_at, now) {
+                        conn.execute(DELETE_EXPIRED, (key, now)).await?;
+                        return Ok(None);
+                    }
+                    Ok(Some(value))
+                })
+            })
             .await
     }
 
@@ -192,15 +206,23 @@ impl KvStore {
     }
 
     /// Stores `value` under `key`.
-    pub async fn set(&self, key: &str, value: &[u8], ttl_ms: Option<u64>, now: i64) -> AlkResult<()> {
+    pub async fn set(
+        &self,
+        key: &str,
+        value: &[u8],
+        ttl_ms: Option<u64>,
+        now: i64,
+    ) -> AlkResult<()> {
         self.check_key(key)?;
         self.check_value(value)?;
         let expires_at = Self::expiry(ttl_ms, now)?;
         self.store
-            .run(|conn: Connection| Box::pin(async move {
-                conn.execute(PUT, (key, value.to_vec(), expires_at)).await?;
-                Ok(())
-            }))
+            .run(|conn: Connection| {
+                Box::pin(async move {
+                    conn.execute(PUT, (key, value.to_vec(), expires_at)).await?;
+                    Ok(())
+                })
+            })
             .await
     }
 
@@ -217,12 +239,14 @@ impl KvStore {
         self.check_value(value)?;
         let expires_at = Self::expiry(ttl_ms, now)?;
         self.store
-            .run(|conn: Connection| Box::pin(async move {
-                let changed = conn
-                    .execute(PUT_IF_ABSENT, (key, value.to_vec(), expires_at, now))
-                    .await?;
-                Ok(changed == 1)
-            }))
+            .run(|conn: Connection| {
+                Box::pin(async move {
+                    let changed = conn
+                        .execute(PUT_IF_ABSENT, (key, value.to_vec(), expires_at, now))
+                        .await?;
+                    Ok(changed == 1)
+                })
+            })
             .await
     }
 
@@ -230,10 +254,12 @@ impl KvStore {
     pub async fn delete(&self, key: &str) -> AlkResult<()> {
         self.check_key(key)?;
         self.store
-            .run(|conn: Connection| Box::pin(async move {
-                conn.execute(DELETE, (key,)).await?;
-                Ok(())
-            }))
+            .run(|conn: Connection| {
+                Box::pin(async move {
+                    conn.execute(DELETE, (key,)).await?;
+                    Ok(())
+                })
+            })
             .await
     }
 
@@ -262,40 +288,47 @@ impl KvStore {
                 .parse::<u64>()
                 .ok()
                 .filter(|n| n.to_string() == c)
-                .ok_or_else(|| AlkError::InvalidArgument(format!("cursor {c:?} is not a scan cursor")))?,
+                .ok_or_else(|| {
+                    AlkError::InvalidArgument(format!("cursor {c:?} is not a scan cursor"))
+                })?,
         };
         let limit = limit.clamp(1, MAX_SCAN_LIMIT) as usize;
         self.store
-            .run(|conn: Connection| Box::pin(async move {
-                let mut rows = conn.query(SCAN, (prefix,)).await?;
-                let mut skipped = 0u64;
-                let mut entries = Vec::new();
-                let mut more = false;
-                while let Some(row) = rows.next().await? {
-                    let key = row.get::<String>(0)?;
-                    if !key.starts_with(prefix) {
-                        break;
+            .run(|conn: Connection| {
+                Box::pin(async move {
+                    let mut rows = conn.query(SCAN, (prefix,)).await?;
+                    let mut skipped = 0u64;
+                    let mut entries = Vec::new();
+                    let mut more = false;
+                    while let Some(row) = rows.next().await? {
+                        let key = row.get::<String>(0)?;
+                        if !key.starts_with(prefix) {
+                            break;
+                        }
+                        if expired(opt_int(row.get_value(2)?), now) {
+                            continue;
+                        }
+                        if skipped < offset {
+                            skipped += 1;
+                            continue;
+                        }
+                        if entries.len() == limit {
+                            more = true;
+                            break;
+                        }
+                        entries.push((key, blob(row.get_value(1)?)));
                     }
-                    if expired(opt_int(row.get_value(2)?), now) {
-                        continue;
-                    }
-                    if skipped < offset {
-                        skipped += 1;
-                        continue;
-                    }
-                    if entries.len() == limit {
-                        more = true;
-                        break;
-                    }
-                    entries.push((key, blob(row.get_value(1)?)));
-                }
-                // Stopping early is deliberate (the rest of the table is not
-                // needed); dropping the rows ends the statement and its read
-                // snapshot before the connection is dropped.
-                drop(rows);
-                let next_cursor = more.then(|| (offset + entries.len() as u64).to_string());
-                Ok(ScanPage { entries, next_cursor })
-            }))
+                    // Stopping early is deliberate (the rest of the table is not
+                    // needed); dropping the rows ends the statement and its read
+                    // snapshot before the connection is dropped.
+                    drop(rows);
+                    let next_cursor = more.then(|| (offset + entries.len() as u64).to_string());
+                    Ok(ScanPage {
+                        entries,
+                        next_cursor,
+                    })
+                })
+            })
             .await
     }
 }
@@ -332,12 +365,17 @@ mod tests {
             ("DELETE", DELETE),
             ("SCAN", SCAN),
         ] {
-            assert!(doc.contains(&squash(sql)), "{name} differs from docs/formats/localkv.v1.md");
+            assert!(
+                doc.contains(&squash(sql)),
+                "{name} differs from docs/formats/localkv.v1.md"
+            );
         }
     }
 
     async fn bucket(dir: &Path) -> KvStore {
-        KvStore::open(dir, "b", KvLimits::default(), RetryPolicy::default()).await.unwrap()
+        KvStore::open(dir, "b", KvLimits::default(), RetryPolicy::default())
+            .await
+            .unwrap()
     }
 
     #[tokio::test]
@@ -347,9 +385,23 @@ mod tests {
         kv.set("k", b"v", Some(100), 1_000).await.unwrap();
         assert_eq!(kv.get("k", 1_099).await.unwrap(), Some(b"v".to_vec()));
         assert!(!kv.set_if_absent("k", b"w", None, 1_099).await.unwrap());
-        assert_eq!(kv.scan_prefix("", None, 10, 1_099).await.unwrap().entries.len(), 1);
+        assert_eq!(
+            kv.scan_prefix("", None, 10, 1_099)
+                .await
+                .unwrap()
+                .entries
+                .len(),
+            1
+        );
         // expires_at == now is expired.
-        assert_eq!(kv.scan_prefix("", None, 10, 1_100).await.unwrap().entries.len(), 0);
+        assert_eq!(
+            kv.scan_prefix("", None, 10, 1_100)
+                .await
+                .unwrap()
+                .entries
+                .len(),
+            0
+        );
         assert!(kv.set_if_absent("k", b"w", Some(50), 1_100).await.unwrap());
         assert_eq!(kv.get("k", 1_149).await.unwrap(), Some(b"w".to_vec()));
         assert!(!kv.exists("k", 1_150).await.unwrap());
@@ -373,7 +425,11 @@ mod tests {
     async fn bad_bucket_names_are_refused_before_any_file_is_created() {
         let dir = tempfile::tempdir().unwrap();
         for bad in ["..", "a/b", "__alkstore_x"] {
-            assert!(KvStore::open(dir.path(), bad, KvLimits::default(), RetryPolicy::default()).await.is_err());
+            assert!(
+                KvStore::open(dir.path(), bad, KvLimits::default(), RetryPolicy::default())
+                    .await
+                    .is_err()
+            );
         }
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }

@@ -58,7 +58,13 @@ mod tests {
 
     #[test]
     fn accepts_the_documented_charset() {
-        for ok in ["a", "orders", "Orders-2024_v1.2", "x.y", &"a".repeat(MAX_NAME_LEN)] {
+        for ok in [
+            "a",
+            "orders",
+            "Orders-2024_v1.2",
+            "x.y",
+            &"a".repeat(MAX_NAME_LEN),
+        ] {
             check_name("bucket", ok).unwrap_or_else(|e| panic!("{ok:?} rejected: {e}"));
         }
     }
@@ -66,7 +72,18 @@ mod tests {
     #[test]
     fn rejects_each_rule() {
         let long = "a".repeat(MAX_NAME_LEN + 1);
-        for bad in ["", ".", "..", ".hidden", "a/b", "a\\b", "a\0b", "a b", "é", long.as_str()] {
+        for bad in [
+            "",
+            ".",
+            "..",
+            ".hidden",
+            "a/b",
+            "a\\b",
+            "a\0b",
+            "a b",
+            "é",
+            long.as_str(),
+        ] {
             assert!(
                 matches!(check_name("bucket", bad), Err(AlkError::InvalidName(_))),
                 "{bad:?} accepted"

@@ -44,7 +44,9 @@ pub struct Store {
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Store").field("path", &self.path).finish_non_exhaustive()
+        f.debug_struct("Store")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
     }
 }
 
@@ -75,7 +77,11 @@ static DATABASES: LazyLock<tokio::sync::Mutex<HashMap<PathBuf, Arc<Handle>>>> =
 /// directory when missing. Fails with [`AlkError::StoreSetup`] when the file
 /// carries another format's marker, holds another program's tables, or is
 /// not a database; in those cases nothing is written to it.
-pub async fn open_store(path: &Path, format: &'static Format, policy: RetryPolicy) -> AlkResult<Store> {
+pub async fn open_store(
+    path: &Path,
+    format: &'static Format,
+    policy: RetryPolicy,
+) -> AlkResult<Store> {
     let setup_err = |found: Option<String>, message: String| AlkError::StoreSetup {
         path: path.to_path_buf(),
         found,
@@ -83,16 +89,27 @@ pub async fn open_store(path: &Path, format: &'static Format, policy: RetryPolic
         message,
     };
     let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)
-        .map_err(|e| setup_err(None, format!("cannot create directory {}: {e}", dir.display())))?;
-    let dir = dir
-        .canonicalize()
-        .map_err(|e| setup_err(None, format!("cannot resolve directory {}: {e}", dir.display())))?;
+    std::fs::create_dir_all(dir).map_err(|e| {
+        setup_err(
+            None,
+            format!("cannot create directory {}: {e}", dir.display()),
+        )
+    })?;
+    let dir = dir.canonicalize().map_err(|e| {
+        setup_err(
+            None,
+            format!("cannot resolve directory {}: {e}", dir.display()),
+        )
+    })?;
     let key = dir.join(path.file_name().unwrap_or_default());
 
     let mut registry = DATABASES.lock().await;
     if let Some(db) = registry.get(&key) {
-        return Ok(Store { db: db.clone(), path: Arc::new(key), policy });
+        return Ok(Store {
+            db: db.clone(),
+            path: Arc::new(key),
+            policy,
+        });
     }
     let path_str = key
         .to_str()
@@ -105,8 +122,15 @@ pub async fn open_store(path: &Path, format: &'static Format, policy: RetryPolic
         .build()
         .await
         .map_err(|e| setup_err(None, format!("cannot open: {e}")))?;
-    let handle = Arc::new(Handle { db, idle: Default::default() });
-    let store = Store { db: handle, path: Arc::new(key.clone()), policy };
+    let handle = Arc::new(Handle {
+        db,
+        idle: Default::default(),
+    });
+    let store = Store {
+        db: handle,
+        path: Arc::new(key.clone()),
+        policy,
+    };
     store.handshake(format).await?;
     registry.insert(key, store.db.clone());
     Ok(store)
@@ -218,32 +242,34 @@ impl Store {
             supported: format.marker,
             message,
         };
-        let check = |conn: Connection| -> OpFuture<'static, Found> { Box::pin(async move {
-            let mut tables = Vec::new();
-            let mut rows = conn
-                .query("SELECT name FROM sqlite_schema WHERE type = 'table'", ())
-                .await?;
-            while let Some(row) = rows.next().await? {
-                tables.push(row.get::<String>(0)?);
-            }
-            drop(rows);
-            if tables.is_empty() {
-                return Ok(Found::Fresh);
-            }
-            if tables.iter().any(|t| t == "meta") {
+        let check = |conn: Connection| -> OpFuture<'static, Found> {
+            Box::pin(async move {
+                let mut tables = Vec::new();
                 let mut rows = conn
-                    .query("SELECT value FROM meta WHERE key = 'format'", ())
+                    .query("SELECT name FROM sqlite_schema WHERE type = 'table'", ())
                     .await?;
-                let mut marker = None;
                 while let Some(row) = rows.next().await? {
-                    marker = Some(row.get_value(0)?.as_text().cloned().unwrap_or_default());
+                    tables.push(row.get::<String>(0)?);
                 }
-                if let Some(marker) = marker {
-                    return Ok(Found::Marker(marker));
+                drop(rows);
+                if tables.is_empty() {
+                    return Ok(Found::Fresh);
                 }
-            }
-            Ok(Found::Foreign(tables))
-        })};
+                if tables.iter().any(|t| t == "meta") {
+                    let mut rows = conn
+                        .query("SELECT value FROM meta WHERE key = 'format'", ())
+                        .await?;
+                    let mut marker = None;
+                    while let Some(row) = rows.next().await? {
+                        marker = Some(row.get_value(0)?.as_text().cloned().unwrap_or_default());
+                    }
+                    if let Some(marker) = marker {
+                        return Ok(Found::Marker(marker));
+                    }
+                }
+                Ok(Found::Foreign(tables))
+            })
+        };
         let found = self.run(check).await.map_err(|e| match e {
             AlkError::Internal(m) => setup_err(None, format!("cannot read the file: {m}")),
             other => other,

@@ -119,20 +119,20 @@ impl Store {
         self.run(|conn: Connection| {
             let attempt = op(conn.clone());
             Box::pin(async move {
-            conn.execute("BEGIN IMMEDIATE", ()).await?;
-            match attempt.await {
-                Ok(v) => match conn.execute("COMMIT", ()).await {
-                    Ok(_) => Ok(v),
+                conn.execute("BEGIN IMMEDIATE", ()).await?;
+                match attempt.await {
+                    Ok(v) => match conn.execute("COMMIT", ()).await {
+                        Ok(_) => Ok(v),
+                        Err(e) => {
+                            let _ = conn.execute("ROLLBACK", ()).await;
+                            Err(Failure::Db(e))
+                        }
+                    },
                     Err(e) => {
                         let _ = conn.execute("ROLLBACK", ()).await;
-                        Err(Failure::Db(e))
+                        Err(e)
                     }
-                },
-                Err(e) => {
-                    let _ = conn.execute("ROLLBACK", ()).await;
-                    Err(e)
                 }
-            }
             })
         })
         .await

@@ -9,5 +9,6 @@ wasmtime::component::bindgen!({
     },
     with: {
         "alk:store/kv.bucket": crate::kv::Bucket,
+        "alk:store/queue.queue": crate::queue::Queue,
     },
 });

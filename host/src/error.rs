@@ -29,6 +29,9 @@ pub enum AlkError {
         /// The limit in bytes.
         limit: u64,
     },
+    /// A queue receipt was superseded by a newer delivery of its message.
+    #[error("stale receipt: {0}")]
+    StaleReceipt(String),
     /// Other writers kept the store locked past the retry deadline.
     #[error("store busy: {0}")]
     Busy(String),
@@ -102,6 +105,7 @@ impl From<AlkError> for crate::bindings::alk::store::types::Error {
             AlkError::PayloadTooLarge { size, limit, .. } => {
                 Error::PayloadTooLarge(TooLarge { size, limit })
             }
+            AlkError::StaleReceipt(m) => Error::StaleReceipt(m),
             AlkError::Busy(m) => Error::Busy(m),
             AlkError::StoreSetup {
                 ref path,

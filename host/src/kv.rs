@@ -1,10 +1,10 @@
 //! Host glue of the `kv` interface: checks and translates, then calls
 //! [`crate::store::kv`]. No SQL here.
 
-use wasmtime::component::{HasData, Linker, Resource};
+use wasmtime::component::{Linker, Resource};
 
 use crate::bindings::alk::store::kv::{self, Entry, ScanPage};
-use crate::bindings::alk::store::types;
+use crate::HasAlk;
 use crate::ctx::{AlkCtxView, AlkView};
 use crate::error::CallError;
 use crate::store::kv::KvStore;
@@ -16,27 +16,17 @@ pub struct Bucket {
     store: KvStore,
 }
 
-pub(crate) struct HasAlk;
-
-impl HasData for HasAlk {
-    type Data<'a> = AlkCtxView<'a>;
-}
-
 /// Adds the imports of the `alk:store/kv-imports` world (the `types` and
 /// `kv` interfaces) to `linker`.
 pub fn add_to_linker<T: AlkView + 'static>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
-    types::add_to_linker::<T, HasAlk>(linker, |t| t.alk())?;
-    kv::add_to_linker::<T, HasAlk>(linker, |t| t.alk())?;
-    Ok(())
+    crate::add_types_to_linker(linker)?;
+    add_interface_to_linker(linker)
 }
 
-impl types::Host for AlkCtxView<'_> {
-    fn convert_error(&mut self, err: CallError) -> wasmtime::Result<types::Error> {
-        match err {
-            CallError::Domain(e) => Ok(e.into()),
-            CallError::Trap(e) => Err(e),
-        }
-    }
+pub(crate) fn add_interface_to_linker<T: AlkView + 'static>(
+    linker: &mut Linker<T>,
+) -> wasmtime::Result<()> {
+    kv::add_to_linker::<T, HasAlk>(linker, |t| t.alk())
 }
 
 impl kv::Host for AlkCtxView<'_> {}

@@ -70,6 +70,7 @@ mod bindings;
 mod ctx;
 mod error;
 pub mod kv;
+pub mod queue;
 mod run;
 pub mod store;
 
@@ -79,9 +80,35 @@ pub use ctx::{
 pub use error::{AlkError, AlkResult, CallError};
 pub use run::{RunOptions, RunOutcome, RunState, RunStatus, Runner};
 
+use bindings::alk::store::types;
+use wasmtime::component::{HasData, Linker};
+
 /// Adds every alk interface (the `alk:store/imports` world) to `linker`.
-pub fn add_to_linker<T: AlkView + 'static>(
-    linker: &mut wasmtime::component::Linker<T>,
+pub fn add_to_linker<T: AlkView + 'static>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
+    add_types_to_linker(linker)?;
+    kv::add_interface_to_linker(linker)?;
+    queue::add_interface_to_linker(linker)?;
+    Ok(())
+}
+
+/// The `HasData` of every alk interface: bindings run on an [`AlkCtxView`].
+pub(crate) struct HasAlk;
+
+impl HasData for HasAlk {
+    type Data<'a> = AlkCtxView<'a>;
+}
+
+pub(crate) fn add_types_to_linker<T: AlkView + 'static>(
+    linker: &mut Linker<T>,
 ) -> wasmtime::Result<()> {
-    kv::add_to_linker(linker)
+    types::add_to_linker::<T, HasAlk>(linker, |t| t.alk())
+}
+
+impl types::Host for AlkCtxView<'_> {
+    fn convert_error(&mut self, err: CallError) -> wasmtime::Result<types::Error> {
+        match err {
+            CallError::Domain(e) => Ok(e.into()),
+            CallError::Trap(e) => Err(e),
+        }
+    }
 }

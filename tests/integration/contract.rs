@@ -30,7 +30,7 @@ fn lib(name: &str) -> Vec<String> {
     )
 }
 
-fn cli(name: &str) -> Vec<String> {
+fn cli(name: &str, capability: &str) -> Vec<String> {
     let dir = tempfile::tempdir().unwrap();
     let out = run_cli(name, dir.path(), &[], &[]);
     let cases = passed_cases(
@@ -40,7 +40,7 @@ fn cli(name: &str) -> Vec<String> {
         name,
     );
     // The CLI run left a real store behind.
-    assert!(std::fs::read_dir(dir.path().join("kv")).unwrap().count() > 0);
+    assert!(std::fs::read_dir(dir.path().join(capability)).unwrap().count() > 0);
     cases
 }
 
@@ -54,7 +54,7 @@ fn kv_contract_rust_through_library() {
 
 #[test]
 fn kv_contract_rust_through_cli() {
-    assert_eq!(cli("kv-contract").len(), KV_CASES);
+    assert_eq!(cli("kv-contract", "kv").len(), KV_CASES);
 }
 
 #[test]
@@ -64,10 +64,38 @@ fn kv_contract_python_through_library() {
 
 #[test]
 fn kv_contract_python_through_cli() {
-    assert_eq!(cli("kv-contract-py").len(), KV_CASES);
+    assert_eq!(cli("kv-contract-py", "kv").len(), KV_CASES);
 }
 
 #[test]
 fn kv_contract_is_the_same_in_every_language() {
     assert_eq!(lib("kv-contract"), lib("kv-contract-py"));
+}
+
+/// Every rule of the queue contract is a case.
+const QUEUE_CASES: usize = 22;
+
+#[test]
+fn queue_contract_rust_through_library() {
+    assert_eq!(lib("queue-contract").len(), QUEUE_CASES);
+}
+
+#[test]
+fn queue_contract_rust_through_cli() {
+    assert_eq!(cli("queue-contract", "queue").len(), QUEUE_CASES);
+}
+
+#[test]
+fn queue_contract_python_through_library() {
+    assert_eq!(lib("queue-contract-py").len(), QUEUE_CASES);
+}
+
+#[test]
+fn queue_contract_python_through_cli() {
+    assert_eq!(cli("queue-contract-py", "queue").len(), QUEUE_CASES);
+}
+
+#[test]
+fn queue_contract_is_the_same_in_every_language() {
+    assert_eq!(lib("queue-contract"), lib("queue-contract-py"));
 }

@@ -10,28 +10,35 @@ fn doc(name: &str) -> PathBuf {
     root().join("docs/formats").join(name)
 }
 
-/// Every `localkv.sqlite` under `<dir>/kv/`.
-fn kv_files(dir: &Path) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir.join("kv"))
+/// Every `<file>` under `<dir>/<capability>/*/`.
+fn store_files(dir: &Path, capability: &str, file: &str) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir.join(capability))
         .unwrap()
-        .map(|e| e.unwrap().path().join("localkv.sqlite"))
+        .map(|e| e.unwrap().path().join(file))
         .collect();
     files.sort();
     files
 }
 
-#[test]
-fn kv_stores_have_exactly_the_documented_schema_and_marker() {
+/// Runs `guest` through the CLI, then checks every store it left with stock
+/// SQLite against the DDL of the format document.
+fn assert_stores_match_document(
+    guest: &str,
+    capability: &str,
+    file: &str,
+    format: &str,
+    engine_tables: &[&str],
+) {
     let dir = tempfile::tempdir().unwrap();
-    let out = run_cli("kv-contract", dir.path(), &[], &[]);
+    let out = run_cli(guest, dir.path(), &[], &[]);
     assert!(out.status.success(), "{}", text(&out.stdout));
-    let expected = sqlite_schema("ddl", &doc("localkv.v1.md"));
+    let expected = sqlite_schema("ddl", &doc(&format!("{format}.md")));
     assert_eq!(
         expected["meta"],
-        serde_json::json!([["format", "localkv.v1"]]),
+        serde_json::json!([["format", format]]),
         "the document's DDL writes the marker"
     );
-    let files = kv_files(dir.path());
+    let files = store_files(dir.path(), capability, file);
     assert!(files.len() >= 3, "{files:?}");
     for file in files {
         let seen = sqlite_schema("store", &file);
@@ -39,12 +46,30 @@ fn kv_stores_have_exactly_the_documented_schema_and_marker() {
         assert_eq!(seen["tables"], expected["tables"], "{}", file.display());
         assert_eq!(seen["indexes"], expected["indexes"], "{}", file.display());
         assert_eq!(seen["meta"], expected["meta"], "{}", file.display());
+        // The engine's own tables are the ones the format document lists.
+        assert_eq!(seen["engine_tables"], serde_json::json!(engine_tables), "{}", file.display());
     }
 }
 
-/// Makes `<dir>/kv/<bucket>/localkv.sqlite` with stock SQLite.
-fn foreign_store(dir: &Path, bucket: &str, script: &str) -> PathBuf {
-    let file = dir.join("kv").join(bucket).join("localkv.sqlite");
+#[test]
+fn kv_stores_have_exactly_the_documented_schema_and_marker() {
+    assert_stores_match_document("kv-contract", "kv", "localkv.sqlite", "localkv.v1", &[]);
+}
+
+#[test]
+fn queue_stores_have_exactly_the_documented_schema_index_and_marker() {
+    assert_stores_match_document(
+        "queue-contract",
+        "queue",
+        "localqueue.sqlite",
+        "localqueue.v1",
+        &["__turso_internal_seq___turso_internal_autoincrement_messages"],
+    );
+}
+
+/// Makes `<dir>/<rel>` with stock SQLite.
+fn foreign_store(dir: &Path, rel: &str, script: &str) -> PathBuf {
+    let file = dir.join(rel);
     std::fs::create_dir_all(file.parent().unwrap()).unwrap();
     let py = format!(
         "import sqlite3, sys\nc = sqlite3.connect(sys.argv[1])\nc.execute('PRAGMA journal_mode=WAL')\nc.executescript({script:?})\nc.commit()\nc.close()\n"
@@ -59,23 +84,27 @@ fn foreign_store(dir: &Path, bucket: &str, script: &str) -> PathBuf {
     file
 }
 
-/// Asserts that using the bucket fails through the CLI and the library
-/// with a store-setup error naming `needles`, and that the file is
+/// Asserts that running `tool args` (CLI) and `tool lib_args` (library)
+/// fails with a store-setup error naming `needles`, and that the file is
 /// byte-identical afterwards.
-fn assert_rejected(dir: &Path, bucket: &str, file: &Path, needles: &[&str]) {
+fn assert_tool_rejected(tool: &str, args: &[&str], lib_args: &[&str], dir: &Path, file: &Path, needles: &[&str]) {
     let before = file_bytes(file);
-    let out = run_cli("kv-tool", dir, &[], &["get", bucket, "k"]);
+    let out = run_cli(tool, dir, &[], args);
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
     assert!(stdout.contains("StoreSetup"), "{stdout}");
     for n in needles {
         assert!(stdout.contains(n), "{n:?} not in {stdout}");
     }
-    let out = run_lib("kv-tool", ctx(dir), &["set", bucket, "k", "v"]);
+    let out = run_lib(tool, ctx(dir), lib_args);
     let stdout = text(&out.stdout);
     assert_eq!(out.exit_code(), 1, "{stdout}");
     assert!(stdout.contains("StoreSetup"), "{stdout}");
     assert_eq!(file_bytes(file), before, "{} was modified", file.display());
+}
+
+fn assert_rejected(dir: &Path, bucket: &str, file: &Path, needles: &[&str]) {
+    assert_tool_rejected("kv-tool", &["get", bucket, "k"], &["set", bucket, "k", "v"], dir, file, needles);
 }
 
 #[test]
@@ -83,7 +112,7 @@ fn foreign_format_marker_is_rejected_and_the_file_left_untouched() {
     let dir = tempfile::tempdir().unwrap();
     let file = foreign_store(
         dir.path(),
-        "b",
+        "kv/b/localkv.sqlite",
         "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);\
          INSERT INTO meta VALUES ('format', 'localkv.v9');\
          CREATE TABLE kv (key TEXT PRIMARY KEY, value BLOB NOT NULL, expires_at INTEGER);\
@@ -97,7 +126,7 @@ fn another_programs_database_is_rejected_and_left_untouched() {
     let dir = tempfile::tempdir().unwrap();
     let file = foreign_store(
         dir.path(),
-        "b",
+        "kv/b/localkv.sqlite",
         "CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT); INSERT INTO users VALUES (1, 'ada');",
     );
     assert_rejected(dir.path(), "b", &file, &["users", "localkv.v1"]);
@@ -145,4 +174,24 @@ fn the_data_directory_is_created_only_when_a_capability_is_used() {
     let out = run_cli("kv-tool", &data, &[], &["set", "b", "k", "v"]);
     assert!(out.status.success());
     assert!(data.join("kv/b/localkv.sqlite").exists());
+}
+
+#[test]
+fn a_queue_store_with_a_foreign_marker_is_rejected_and_left_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    // A kv store where a queue store belongs: the marker names the other format.
+    let file = foreign_store(
+        dir.path(),
+        "queue/q/localqueue.sqlite",
+        "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);\
+         INSERT INTO meta VALUES ('format', 'localkv.v1');",
+    );
+    assert_tool_rejected(
+        "queue-tool",
+        &["receive", "q", "1"],
+        &["send", "q", "x"],
+        dir.path(),
+        &file,
+        &["localkv.v1", "localqueue.v1"],
+    );
 }

@@ -9,3 +9,4 @@ mod format;
 mod guest_limits;
 mod kv_clock;
 mod multiprocess;
+mod queue_processes;

@@ -10,7 +10,8 @@ multi-process store, so the file and its WAL are copied to a temporary
 directory and the copy is read.
 
 Output: {"tables": {...}, "indexes": {...}, "meta": [[key, value], ...],
-"integrity": "ok" | "..."}; columns are PRAGMA table_xinfo rows, indexes are
+"integrity": "ok" | "...", "engine_tables": [...]}; engine_tables are
+turso's own tables (prefix __turso_internal_), kept apart; columns are PRAGMA table_xinfo rows, indexes are
 PRAGMA index_list/index_xinfo rows, so two files with the same DDL print the
 same JSON whatever whitespace or comments the DDL text had.
 """
@@ -24,12 +25,21 @@ import sys
 import tempfile
 
 
+ENGINE_PREFIX = "__turso_internal_"
+
+
 def describe(conn):
     tables = {}
     indexes = {}
+    engine = []
     for (name,) in conn.execute(
         "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name"
     ):
+        # turso's own bookkeeping (e.g. its AUTOINCREMENT sequences) is the
+        # engine's, not the format's: listed by name, not compared.
+        if name.startswith(ENGINE_PREFIX):
+            engine.append(name)
+            continue
         tables[name] = [list(r) for r in conn.execute(f"PRAGMA table_xinfo('{name}')")]
         for seq, iname, unique, origin, partial in conn.execute(f"PRAGMA index_list('{name}')"):
             cols = [list(r) for r in conn.execute(f"PRAGMA index_xinfo('{iname}')")]
@@ -40,7 +50,7 @@ def describe(conn):
     if "meta" in tables:
         meta = [list(r) for r in conn.execute("SELECT key, value FROM meta ORDER BY key")]
     integrity = conn.execute("PRAGMA integrity_check").fetchone()[0]
-    return {"tables": tables, "indexes": indexes, "meta": meta, "integrity": integrity}
+    return {"tables": tables, "indexes": indexes, "meta": meta, "integrity": integrity, "engine_tables": engine}
 
 
 def from_store(path):

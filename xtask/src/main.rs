@@ -17,8 +17,6 @@ use std::process::{Command, ExitCode};
 /// The componentize-py release the Python guests are built with.
 const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
 
-/// Rust guests copied to `target/guests`.
-const RUST_GUESTS: &[&str] = &["kv-contract", "kv-race", "kv-tool", "hello", "misbehave"];
 
 /// The world Python guests bind.
 const PYTHON_WORLD: &str = "command";
@@ -134,13 +132,24 @@ fn guests() -> Result<PathBuf> {
             "--target-dir",
         ])
         .arg(root.join("target/wasm")))?;
-    for name in RUST_GUESTS {
+    // Every guest crate with a `main` is a component.
+    let mut rust_guests: Vec<String> = std::fs::read_dir(root.join("guest"))
+        .map_err(|e| e.to_string())?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.join("src/main.rs").exists())
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    rust_guests.sort();
+    for name in &rust_guests {
         let built = root.join(format!("target/wasm/wasm32-wasip2/release/{name}.wasm"));
         std::fs::copy(&built, out.join(format!("{name}.wasm")))
             .map_err(|e| format!("cannot copy {}: {e}", built.display()))?;
     }
 
+    // Python guests: every folder of guest/python with an app.py; the
+    // helpers in guest/python/common are on every guest's path.
     let python_dir = root.join("guest/python");
+    let common = python_dir.join("common");
     let mut python_guests: Vec<PathBuf> = std::fs::read_dir(&python_dir)
         .map_err(|e| format!("{}: {e}", python_dir.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -152,13 +161,15 @@ fn guests() -> Result<PathBuf> {
         for dir in python_guests {
             let name = dir.file_name().unwrap().to_string_lossy().into_owned();
             let target = out.join(format!("{name}-py.wasm"));
-            if is_fresh(&target, &[&dir, &root.join("wit")]) {
+            if is_fresh(&target, &[&dir, &common, &root.join("wit")]) {
                 continue;
             }
             run(Command::new(&componentize)
                 .current_dir(&root)
                 .args(["-d", "wit", "-w", PYTHON_WORLD, "componentize", "app", "-p"])
                 .arg(&dir)
+                .arg("-p")
+                .arg(&common)
                 .arg("-o")
                 .arg(&target))?;
         }

@@ -6,10 +6,9 @@ Prints `ok <case>` per passing case; on the first failure prints
 `FAIL <case>: <why>` and exits with status 1.
 """
 
-import sys
 import time
 
-from componentize_py_types import Err
+from contract import Contract, ensure, raises
 from wit_world import exports
 from wit_world.imports.kv import Bucket
 from wit_world.imports.types import (
@@ -19,27 +18,7 @@ from wit_world.imports.types import (
     Error_ReservedName,
 )
 
-KIB = 1024
-MIB = 1024 * KIB
-
-
-class CaseFailed(Exception):
-    pass
-
-
-def ensure(cond, why="condition is false"):
-    if not cond:
-        raise CaseFailed(why)
-
-
-def raises(kind, fn, *args):
-    """Calls fn and expects an alk error of the given variant class."""
-    try:
-        value = fn(*args)
-    except Err as e:
-        ensure(isinstance(e.value, kind), f"expected {kind.__name__}, got {e.value!r}")
-        return e.value
-    raise CaseFailed(f"expected {kind.__name__}, got {value!r}")
+MIB = 1024 * 1024
 
 
 def outlive(ttl_ms):
@@ -48,24 +27,6 @@ def outlive(ttl_ms):
 
 def keys(page):
     return [e.key for e in page.entries]
-
-
-class Contract:
-    def __init__(self):
-        self.passed = 0
-
-    def case(self, name, fn):
-        try:
-            fn()
-        except Exception as e:  # a failed ensure or an unexpected alk error
-            detail = e.value if isinstance(e, Err) else e
-            print(f"FAIL {name}: {detail!r}", flush=True)
-            sys.exit(1)
-        self.passed += 1
-        print(f"ok {name}", flush=True)
-
-    def finish(self):
-        print(f"{self.passed} passed, 0 failed", flush=True)
 
 
 def contract():
@@ -240,7 +201,7 @@ def contract():
     def reserved_bucket_name_is_reserved_name():
         raises(Error_ReservedName, Bucket.open, "__alkstore_internal")
 
-    for fn in [
+    c.run([
         open_returns_named_bucket,
         get_absent_is_none,
         set_then_get,
@@ -271,9 +232,7 @@ def contract():
         zero_or_overflowing_ttl_is_invalid_argument,
         bad_bucket_names_are_invalid_name,
         reserved_bucket_name_is_reserved_name,
-    ]:
-        c.case(fn.__name__.replace("_", "-"), fn)
-    c.finish()
+    ])
 
 
 class Run(exports.Run):

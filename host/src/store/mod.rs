@@ -7,6 +7,7 @@
 pub mod kv;
 pub mod names;
 pub mod open;
+pub mod queue;
 pub mod retry;
 
 pub use open::{Format, Store, open_store};

@@ -1,0 +1,96 @@
+//! Host glue of the `queue` interface: checks and translates, then calls
+//! [`crate::store::queue`]. No SQL here.
+
+use wasmtime::component::{Linker, Resource};
+
+use crate::HasAlk;
+use crate::bindings::alk::store::queue::{self, Message, Payload};
+use crate::ctx::{AlkCtxView, AlkView};
+use crate::error::CallError;
+use crate::store::queue::{self as store, QueueStore};
+
+/// An open queue, as held in the instance's resource table.
+#[derive(Debug)]
+pub struct Queue {
+    name: String,
+    store: QueueStore,
+}
+
+/// Adds the imports of the `alk:store/queue-imports` world (the `types` and
+/// `queue` interfaces) to `linker`.
+pub fn add_to_linker<T: AlkView + 'static>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
+    crate::add_types_to_linker(linker)?;
+    add_interface_to_linker(linker)
+}
+
+pub(crate) fn add_interface_to_linker<T: AlkView + 'static>(
+    linker: &mut Linker<T>,
+) -> wasmtime::Result<()> {
+    queue::add_to_linker::<T, HasAlk>(linker, |t| t.alk())
+}
+
+impl queue::Host for AlkCtxView<'_> {}
+
+impl queue::HostQueue for AlkCtxView<'_> {
+    async fn open(&mut self, name: String) -> Result<Resource<Queue>, CallError> {
+        let store = QueueStore::open(&self.ctx.data_dir, &name, self.ctx.retry).await?;
+        Ok(self.table.push(Queue { name, store })?)
+    }
+
+    async fn name(&mut self, q: Resource<Queue>) -> wasmtime::Result<String> {
+        Ok(self.table.get(&q)?.name.clone())
+    }
+
+    async fn send(&mut self, q: Resource<Queue>, payload: Payload) -> Result<u64, CallError> {
+        let now = self.ctx.now();
+        let store = self.table.get(&q)?.store.clone();
+        let payload = match payload {
+            Payload::Json(s) => store::Payload::Json(s),
+            Payload::Text(s) => store::Payload::Text(s),
+        };
+        Ok(store.send(&payload, now).await? as u64)
+    }
+
+    async fn receive(
+        &mut self,
+        q: Resource<Queue>,
+        max: u32,
+        visibility_ms: Option<u64>,
+    ) -> Result<Vec<Message>, CallError> {
+        let now = self.ctx.now();
+        let store = self.table.get(&q)?.store.clone();
+        let deliveries = store.receive(max, visibility_ms, now).await?;
+        Ok(deliveries
+            .into_iter()
+            .map(|d| Message {
+                payload: match d.payload {
+                    store::Payload::Json(s) => Payload::Json(s),
+                    store::Payload::Text(s) => Payload::Text(s),
+                },
+                receipt: d.receipt,
+                attempt: d.attempt,
+            })
+            .collect())
+    }
+
+    async fn ack(&mut self, q: Resource<Queue>, receipt: String) -> Result<(), CallError> {
+        let store = self.table.get(&q)?.store.clone();
+        Ok(store.ack(&receipt).await?)
+    }
+
+    async fn nack(&mut self, q: Resource<Queue>, receipt: String) -> Result<(), CallError> {
+        let now = self.ctx.now();
+        let store = self.table.get(&q)?.store.clone();
+        Ok(store.nack(&receipt, now).await?)
+    }
+
+    async fn purge(&mut self, q: Resource<Queue>) -> Result<(), CallError> {
+        let store = self.table.get(&q)?.store.clone();
+        Ok(store.purge().await?)
+    }
+
+    async fn drop(&mut self, q: Resource<Queue>) -> wasmtime::Result<()> {
+        self.table.delete(q)?;
+        Ok(())
+    }
+}

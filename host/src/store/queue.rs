@@ -1,0 +1,336 @@
+//! `localqueue.v1`: the queue store format and its only implementation.
+//!
+//! The schema and every statement are defined here, once, and pinned by
+//! `docs/formats/localqueue.v1.md`; a test checks that the document carries
+//! the same DDL and statements.
+
+use std::path::{Path, PathBuf};
+
+use turso::{Connection, Value};
+
+use super::names::check_name;
+use super::open::{Format, Store, open_store};
+use super::retry::{Failure, RetryPolicy};
+use crate::error::{AlkError, AlkResult};
+
+/// The DDL of `localqueue.v1`, run (idempotently) on every open.
+pub const DDL: &str = "\
+CREATE TABLE IF NOT EXISTS meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+INSERT OR IGNORE INTO meta (key, value) VALUES ('format', 'localqueue.v1');
+CREATE TABLE IF NOT EXISTS messages (
+    id             INTEGER PRIMARY KEY AUTOINCREMENT,
+    payload_type   TEXT NOT NULL,              -- \"json\" | \"text\"
+    payload_data   TEXT NOT NULL,              -- serialized JSON for \"json\", raw string for \"text\"
+    enqueued_at    INTEGER NOT NULL,           -- unix epoch MILLISECONDS
+    visible_at     INTEGER NOT NULL,           -- unix epoch MILLISECONDS; due when <= now
+    attempt        INTEGER NOT NULL DEFAULT 0, -- delivery count, incremented per receive
+    receipt_handle TEXT                        -- UUID of the CURRENT delivery, NULL if never delivered
+);
+CREATE INDEX IF NOT EXISTS idx_messages_visible ON messages (visible_at, enqueued_at, id);
+";
+
+/// The `localqueue.v1` format.
+pub static FORMAT: Format = Format { marker: "localqueue.v1", ddl: DDL };
+
+/// Appends a message, due at once.
+pub const SEND: &str = "INSERT INTO messages (payload_type, payload_data, enqueued_at, visible_at, attempt) \
+VALUES (?1, ?2, ?3, ?3, 0)";
+/// The due messages of a receive, oldest first (`id` breaks ties of one millisecond).
+pub const SELECT_DUE: &str =
+    "SELECT id FROM messages WHERE visible_at <= ?1 ORDER BY enqueued_at, id LIMIT ?2";
+/// Claims one due message for a delivery.
+pub const CLAIM: &str = "UPDATE messages SET visible_at = ?1, attempt = attempt + 1, receipt_handle = ?2 \
+WHERE id = ?3 RETURNING payload_type, payload_data, attempt";
+/// Deletes a message by its current receipt.
+pub const ACK: &str = "DELETE FROM messages WHERE id = ?1 AND receipt_handle = ?2";
+/// Makes a message due now, by its current receipt.
+pub const NACK: &str = "UPDATE messages SET visible_at = ?3 WHERE id = ?1 AND receipt_handle = ?2";
+/// Whether a message still exists (tells a stale receipt from a gone message).
+pub const EXISTS: &str = "SELECT 1 FROM messages WHERE id = ?1";
+/// Deletes every message.
+pub const PURGE: &str = "DELETE FROM messages";
+
+/// The largest payload, in bytes of its stored text.
+pub const MAX_PAYLOAD_BYTES: usize = 64 * 1024;
+/// The visibility timeout of a receive that names none.
+pub const DEFAULT_VISIBILITY_MS: u64 = 30_000;
+/// The most messages one receive claims; larger requests are clamped so a
+/// guest cannot make one transaction hold the write lock unboundedly.
+pub const MAX_RECEIVE: u32 = 1000;
+/// Receipts longer than this were never issued (an id and a UUID are < 64
+/// bytes); they are not parsed at all.
+const MAX_RECEIPT_LEN: usize = 128;
+
+/// A message body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Payload {
+    /// JSON text (validated on send).
+    Json(String),
+    /// Plain text.
+    Text(String),
+}
+
+/// One delivery of a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
+    /// The message id.
+    pub id: i64,
+    /// The body.
+    pub payload: Payload,
+    /// `"{id}:{uuid}"` of this delivery.
+    pub receipt: String,
+    /// Deliveries so far, this one included.
+    pub attempt: u32,
+}
+
+/// A `localqueue.v1` queue: `<data-dir>/queue/<name>/localqueue.sqlite`.
+#[derive(Debug, Clone)]
+pub struct QueueStore {
+    store: Store,
+}
+
+/// The file of queue `name` under `data_dir`.
+pub fn queue_path(data_dir: &Path, name: &str) -> PathBuf {
+    data_dir.join("queue").join(name).join("localqueue.sqlite")
+}
+
+/// What a receipt says, if it is one this store could have issued.
+fn parse_receipt(receipt: &str) -> Option<(i64, String)> {
+    if receipt.len() > MAX_RECEIPT_LEN {
+        return None;
+    }
+    let (id, uuid) = receipt.split_once(':')?;
+    let id: i64 = id.parse().ok().filter(|id| *id > 0)?;
+    let uuid = uuid::Uuid::parse_str(uuid).ok()?;
+    Some((id, uuid.hyphenated().to_string()))
+}
+
+/// How an ack or nack found the message.
+enum Settled {
+    Done,
+    Gone,
+    Stale,
+}
+
+impl QueueStore {
+    /// Opens (creating on first use) queue `name` under `data_dir`.
+    pub async fn open(data_dir: &Path, name: &str, policy: RetryPolicy) -> AlkResult<Self> {
+        check_name("queue", name)?;
+        let store = open_store(&queue_path(data_dir, name), &FORMAT, policy).await?;
+        Ok(QueueStore { store })
+    }
+
+    /// The queue's file.
+    pub fn path(&self) -> &Path {
+        self.store.path()
+    }
+
+    /// Appends a message at time `now`; returns its id.
+    pub async fn send(&self, payload: &Payload, now: i64) -> AlkResult<i64> {
+        let (kind, data) = match payload {
+            Payload::Json(text) => ("json", text),
+            Payload::Text(text) => ("text", text),
+        };
+        if data.len() > MAX_PAYLOAD_BYTES {
+            return Err(AlkError::PayloadTooLarge {
+                what: "payload",
+                size: data.len() as u64,
+                limit: MAX_PAYLOAD_BYTES as u64,
+            });
+        }
+        if kind == "json"
+            && let Err(e) = serde_json::from_str::<serde_json::Value>(data)
+        {
+            return Err(AlkError::InvalidArgument(format!("payload is not valid JSON: {e}")));
+        }
+        self.store
+            .run(|conn: Connection| {
+                Box::pin(async move {
+                    conn.execute(SEND, (kind, data.as_str(), now)).await?;
+                    Ok(conn.last_insert_rowid())
+                })
+            })
+            .await
+    }
+
+    /// Claims up to `max` due messages at `now` for `visibility_ms`.
+    pub async fn receive(&self, max: u32, visibility_ms: Option<u64>, now: i64) -> AlkResult<Vec<Delivery>> {
+        let visibility = visibility_ms.unwrap_or(DEFAULT_VISIBILITY_MS);
+        if visibility == 0 {
+            return Err(AlkError::InvalidArgument("visibility-ms is 0; it must be at least 1".into()));
+        }
+        let visible_at = i64::try_from(visibility)
+            .ok()
+            .and_then(|v| now.checked_add(v))
+            .ok_or_else(|| AlkError::InvalidArgument(format!("visibility-ms {visibility} overflows the clock")))?;
+        let max = i64::from(max.clamp(1, MAX_RECEIVE));
+        self.store
+            .run_immediate(|conn: Connection| {
+                Box::pin(async move {
+                    let mut ids = Vec::new();
+                    let mut rows = conn.query(SELECT_DUE, (now, max)).await?;
+                    while let Some(row) = rows.next().await? {
+                        ids.push(row.get::<i64>(0)?);
+                    }
+                    drop(rows);
+                    let mut out = Vec::with_capacity(ids.len());
+                    for id in ids {
+                        let uuid = uuid::Uuid::new_v4().hyphenated().to_string();
+                        let mut rows = conn.query(CLAIM, (visible_at, uuid.as_str(), id)).await?;
+                        let mut claimed = None;
+                        // Drain: a live RETURNING statement makes the next
+                        // write on this connection fail with Busy.
+                        while let Some(row) = rows.next().await? {
+                            claimed = Some((row.get_value(0)?, row.get_value(1)?, row.get::<i64>(2)?));
+                        }
+                        drop(rows);
+                        let Some((kind, data, attempt)) = claimed else {
+                            return Err(Failure::Alk(AlkError::Internal(format!(
+                                "message {id} vanished inside the claiming transaction"
+                            ))));
+                        };
+                        let data = match data {
+                            Value::Text(t) => t,
+                            other => format!("{other:?}"),
+                        };
+                        let payload = match kind {
+                            Value::Text(k) if k == "json" => Payload::Json(data),
+                            _ => Payload::Text(data),
+                        };
+                        out.push(Delivery {
+                            id,
+                            payload,
+                            receipt: format!("{id}:{uuid}"),
+                            attempt: u32::try_from(attempt).unwrap_or(u32::MAX),
+                        });
+                    }
+                    Ok(out)
+                })
+            })
+            .await
+    }
+
+    async fn settle(&self, sql: &'static str, receipt: &str, now: i64) -> AlkResult<()> {
+        // A receipt that does not parse was never issued here: like a gone
+        // message, acknowledging it succeeds and changes nothing.
+        let Some((id, uuid)) = parse_receipt(receipt) else {
+            return Ok(());
+        };
+        let uuid = uuid.as_str();
+        let outcome = self
+            .store
+            .run_immediate(|conn: Connection| {
+                Box::pin(async move {
+                    let changed = if sql == NACK {
+                        conn.execute(sql, (id, uuid, now)).await?
+                    } else {
+                        conn.execute(sql, (id, uuid)).await?
+                    };
+                    if changed == 1 {
+                        return Ok(Settled::Done);
+                    }
+                    let mut rows = conn.query(EXISTS, (id,)).await?;
+                    let mut exists = false;
+                    while rows.next().await?.is_some() {
+                        exists = true;
+                    }
+                    Ok(if exists { Settled::Stale } else { Settled::Gone })
+                })
+            })
+            .await?;
+        match outcome {
+            Settled::Done | Settled::Gone => Ok(()),
+            Settled::Stale => Err(AlkError::StaleReceipt(format!(
+                "receipt {receipt} is stale: message {id} was delivered again since"
+            ))),
+        }
+    }
+
+    /// Deletes the message of a current receipt.
+    pub async fn ack(&self, receipt: &str) -> AlkResult<()> {
+        self.settle(ACK, receipt, 0).await
+    }
+
+    /// Makes the message of a current receipt due at `now`.
+    pub async fn nack(&self, receipt: &str, now: i64) -> AlkResult<()> {
+        self.settle(NACK, receipt, now).await
+    }
+
+    /// Deletes every message.
+    pub async fn purge(&self) -> AlkResult<()> {
+        self.store
+            .run(|conn: Connection| {
+                Box::pin(async move {
+                    conn.execute(PURGE, ()).await?;
+                    Ok(())
+                })
+            })
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DOC: &str = include_str!("../../../docs/formats/localqueue.v1.md");
+
+    fn squash(s: &str) -> String {
+        s.split_whitespace().collect::<Vec<_>>().join(" ")
+    }
+
+    #[test]
+    fn the_format_document_pins_the_ddl_and_every_statement() {
+        let doc = squash(DOC);
+        for (name, sql) in [
+            ("DDL", DDL),
+            ("SEND", SEND),
+            ("SELECT_DUE", SELECT_DUE),
+            ("CLAIM", CLAIM),
+            ("ACK", ACK),
+            ("NACK", NACK),
+            ("EXISTS", EXISTS),
+            ("PURGE", PURGE),
+        ] {
+            assert!(doc.contains(&squash(sql)), "{name} differs from docs/formats/localqueue.v1.md");
+        }
+    }
+
+    #[test]
+    fn receipts_parse_only_when_this_store_could_have_issued_them() {
+        let uuid = "67e55044-10b1-426f-9247-bb680e5fe0c8";
+        assert_eq!(parse_receipt(&format!("12:{uuid}")), Some((12, uuid.to_string())));
+        for bad in ["", "12", ":", "12:", &format!(":{uuid}"), &format!("0:{uuid}"), &format!("-1:{uuid}"),
+            "12:not-a-uuid", &format!("x:{uuid}"), &format!("12:{uuid}{}", "0".repeat(200))] {
+            assert_eq!(parse_receipt(bad), None, "{bad:?}");
+        }
+    }
+
+    async fn queue(dir: &Path) -> QueueStore {
+        QueueStore::open(dir, "q", RetryPolicy::default()).await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn visibility_and_redelivery_follow_the_given_clock() {
+        let dir = tempfile::tempdir().unwrap();
+        let q = queue(dir.path()).await;
+        q.send(&Payload::Text("a".into()), 1_000).await.unwrap();
+        let first = q.receive(10, Some(500), 1_000).await.unwrap();
+        assert_eq!(first.len(), 1);
+        assert_eq!(first[0].attempt, 1);
+        assert!(q.receive(10, Some(500), 1_499).await.unwrap().is_empty());
+        let second = q.receive(10, Some(500), 1_500).await.unwrap();
+        assert_eq!(second[0].attempt, 2);
+        assert_ne!(second[0].receipt, first[0].receipt);
+        assert!(matches!(q.ack(&first[0].receipt).await, Err(AlkError::StaleReceipt(_))));
+        q.nack(&second[0].receipt, 1_600).await.unwrap();
+        let third = q.receive(10, None, 1_600).await.unwrap();
+        assert_eq!(third[0].attempt, 3);
+        q.ack(&third[0].receipt).await.unwrap();
+        q.ack(&third[0].receipt).await.unwrap();
+        assert!(q.receive(10, None, i64::MAX / 2).await.unwrap().is_empty());
+    }
+}

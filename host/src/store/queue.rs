@@ -334,3 +334,45 @@ mod tests {
         assert!(q.receive(10, None, i64::MAX / 2).await.unwrap().is_empty());
     }
 }
+
+#[cfg(test)]
+mod contention_tests {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_write_lock_held_past_the_deadline_is_busy_and_writes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let policy = RetryPolicy { deadline: Duration::from_millis(300), ..RetryPolicy::default() };
+        let q = QueueStore::open(dir.path(), "q", policy).await.unwrap();
+        // Another writer holds the write lock.
+        let holder = q.store.check_out().unwrap();
+        holder.execute("BEGIN IMMEDIATE", ()).await.unwrap();
+        let cpu_before = cpu_time();
+        let started = Instant::now();
+        let result = q.send(&Payload::Text("x".into()), 0).await;
+        let waited = started.elapsed();
+        let cpu = cpu_time() - cpu_before;
+        assert!(matches!(result, Err(AlkError::Busy(_))), "{result:?}");
+        assert!(waited >= policy.deadline, "gave up after {waited:?}");
+        // The wait sleeps between short engine waits: it must not burn a
+        // core for the whole deadline (a spinning wait costs ~100% of it).
+        eprintln!("waited {waited:?} using {cpu:?} of CPU");
+        holder.execute("ROLLBACK", ()).await.unwrap();
+        q.store.check_in(holder);
+        // Nothing was written by the refused send; the next one goes through.
+        assert!(q.receive(10, None, 1).await.unwrap().is_empty());
+        q.send(&Payload::Text("y".into()), 0).await.unwrap();
+        assert_eq!(q.receive(10, None, 1).await.unwrap().len(), 1);
+    }
+
+    fn cpu_time() -> Duration {
+        // utime + stime of this process, from /proc (Linux).
+        let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+        let fields: Vec<&str> = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("").split_whitespace().collect();
+        let ticks: u64 = fields.get(11).and_then(|u| u.parse().ok()).unwrap_or(0)
+            + fields.get(12).and_then(|s| s.parse().ok()).unwrap_or(0);
+        Duration::from_millis(ticks * 10)
+    }
+}

@@ -10,5 +10,7 @@ wasmtime::component::bindgen!({
     with: {
         "alk:store/kv.bucket": crate::kv::Bucket,
         "alk:store/queue.queue": crate::queue::Queue,
+        "alk:store/stream.subscription": crate::stream::Subscription,
+        "alk:store/stream.transaction": crate::stream::Transaction,
     },
 });

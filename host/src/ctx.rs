@@ -8,6 +8,7 @@ use wasmtime::component::ResourceTable;
 
 use crate::store::RetryPolicy;
 use crate::store::kv::KvLimits;
+use crate::store::stream::{StreamLimits, StreamStore};
 
 /// The source of "now" for expiry decisions, in unix epoch milliseconds.
 ///
@@ -61,6 +62,8 @@ impl Clock for ManualClock {
 pub struct Limits {
     /// Key-value limits.
     pub kv: KvLimits,
+    /// Stream limits.
+    pub stream: StreamLimits,
 }
 
 /// The per-instance state of the alk capabilities: where data lives, the
@@ -75,6 +78,8 @@ pub struct AlkCtx {
     pub(crate) limits: Limits,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) retry: RetryPolicy,
+    /// The stream store, opened on first use.
+    pub(crate) streams: Arc<tokio::sync::OnceCell<StreamStore>>,
 }
 
 impl std::fmt::Debug for AlkCtx {
@@ -102,6 +107,14 @@ impl AlkCtx {
     /// The current time by this context's clock.
     pub(crate) fn now(&self) -> i64 {
         self.clock.now_ms()
+    }
+
+    /// The stream store of the data directory, opened on first use.
+    pub(crate) async fn stream_store(&self) -> crate::AlkResult<StreamStore> {
+        self.streams
+            .get_or_try_init(|| StreamStore::open(&self.data_dir, self.limits.stream, self.retry))
+            .await
+            .cloned()
     }
 }
 
@@ -153,6 +166,7 @@ impl AlkCtxBuilder {
             limits: self.limits,
             clock: self.clock,
             retry: self.retry,
+            streams: Default::default(),
         }
     }
 }

@@ -32,6 +32,9 @@ pub enum AlkError {
     /// A queue receipt was superseded by a newer delivery of its message.
     #[error("stale receipt: {0}")]
     StaleReceipt(String),
+    /// A transaction was rolled back by the host; nothing in it applied.
+    #[error("transaction aborted: {0}")]
+    TransactionAborted(String),
     /// Other writers kept the store locked past the retry deadline.
     #[error("store busy: {0}")]
     Busy(String),
@@ -106,6 +109,7 @@ impl From<AlkError> for crate::bindings::alk::store::types::Error {
                 Error::PayloadTooLarge(TooLarge { size, limit })
             }
             AlkError::StaleReceipt(m) => Error::StaleReceipt(m),
+            AlkError::TransactionAborted(m) => Error::TransactionAborted(m),
             AlkError::Busy(m) => Error::Busy(m),
             AlkError::StoreSetup {
                 ref path,

@@ -72,6 +72,7 @@ mod error;
 pub mod kv;
 pub mod queue;
 mod run;
+pub mod stream;
 pub mod store;
 
 pub use ctx::{
@@ -88,6 +89,7 @@ pub fn add_to_linker<T: AlkView + 'static>(linker: &mut Linker<T>) -> wasmtime::
     add_types_to_linker(linker)?;
     kv::add_interface_to_linker(linker)?;
     queue::add_interface_to_linker(linker)?;
+    stream::add_interface_to_linker(linker)?;
     Ok(())
 }
 

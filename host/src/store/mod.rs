@@ -9,6 +9,7 @@ pub mod names;
 pub mod open;
 pub mod queue;
 pub mod retry;
+pub mod stream;
 
 pub use open::{Format, Store, open_store};
 pub use retry::RetryPolicy;

@@ -17,10 +17,28 @@ pub const MAX_NAME_LEN: usize = 100;
 
 /// Checks a shared name (bucket, queue, stream, lock, channel).
 ///
-/// Rules: 1 to [`MAX_NAME_LEN`] characters from `A-Z a-z 0-9 - _ .`; not
-/// starting with `.` (which also rules out `.` and `..`); not starting with
-/// [`RESERVED_PREFIX`].
+/// Rules: those of [`check_identifier`], plus: not starting with `.` (which
+/// also rules out `.` and `..`); not starting with [`RESERVED_PREFIX`].
 pub fn check_name(kind: &str, name: &str) -> AlkResult<()> {
+    check_identifier(kind, name)?;
+    if name.starts_with('.') {
+        return Err(AlkError::InvalidName(format!(
+            "{kind} name {name:?} starts with '.'"
+        )));
+    }
+    if name.starts_with(RESERVED_PREFIX) {
+        return Err(AlkError::ReservedName(format!(
+            "{kind} name {name:?} starts with the reserved prefix {RESERVED_PREFIX:?}"
+        )));
+    }
+    Ok(())
+}
+
+/// Checks a local identifier (a stream consumer, a lock owner): 1 to
+/// [`MAX_NAME_LEN`] characters from `A-Z a-z 0-9 - _ .`. Identifiers never
+/// become paths and live in their caller's own namespace, so the reserved
+/// prefix does not apply to them.
+pub fn check_identifier(kind: &str, name: &str) -> AlkResult<()> {
     if name.is_empty() {
         return Err(AlkError::InvalidName(format!("{kind} name is empty")));
     }
@@ -37,16 +55,6 @@ pub fn check_name(kind: &str, name: &str) -> AlkResult<()> {
         return Err(AlkError::InvalidName(format!(
             "{kind} name {:?} contains {bad:?}; allowed are A-Z a-z 0-9 - _ .",
             name.escape_debug().to_string()
-        )));
-    }
-    if name.starts_with('.') {
-        return Err(AlkError::InvalidName(format!(
-            "{kind} name {name:?} starts with '.'"
-        )));
-    }
-    if name.starts_with(RESERVED_PREFIX) {
-        return Err(AlkError::ReservedName(format!(
-            "{kind} name {name:?} starts with the reserved prefix {RESERVED_PREFIX:?}"
         )));
     }
     Ok(())

@@ -1,0 +1,187 @@
+//! Host glue of the `stream` interface: checks and translates, then calls
+//! [`crate::store::stream`]. No SQL here.
+
+use std::sync::Arc;
+
+use wasmtime::component::{Linker, Resource};
+
+use crate::HasAlk;
+use crate::bindings::alk::store::stream::{self, Event};
+use crate::ctx::{AlkCtxView, AlkView};
+use crate::error::CallError;
+use crate::store::names::{check_identifier, check_name};
+use crate::store::stream::{self as store, StreamTx};
+
+/// A consumer's read position, as held in the instance's resource table.
+#[derive(Debug)]
+pub struct Subscription {
+    stream: String,
+    consumer: String,
+    position: u64,
+}
+
+/// A stream transaction, as held in the instance's resource table. The
+/// store transaction is created at the first operation.
+#[derive(Debug, Default)]
+pub struct Transaction {
+    tx: Option<Arc<StreamTx>>,
+}
+
+/// Adds the imports of the `alk:store/stream-imports` world (the `types` and
+/// `stream` interfaces) to `linker`.
+pub fn add_to_linker<T: AlkView + 'static>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
+    crate::add_types_to_linker(linker)?;
+    add_interface_to_linker(linker)
+}
+
+pub(crate) fn add_interface_to_linker<T: AlkView + 'static>(
+    linker: &mut Linker<T>,
+) -> wasmtime::Result<()> {
+    stream::add_to_linker::<T, HasAlk>(linker, |t| t.alk())
+}
+
+fn event(e: store::Event) -> Event {
+    Event {
+        offset: e.offset,
+        stream: e.stream,
+        key: e.key,
+        payload: e.payload,
+        created_at: e.created_at.max(0) as u64,
+    }
+}
+
+impl AlkCtxView<'_> {
+    /// The transaction behind `tx`, started on first use.
+    async fn stream_tx(&mut self, tx: &Resource<Transaction>) -> Result<Arc<StreamTx>, CallError> {
+        if let Some(existing) = &self.table.get(tx)?.tx {
+            return Ok(existing.clone());
+        }
+        let started = Arc::new(self.ctx.stream_store().await?.transaction());
+        self.table.get_mut(tx)?.tx = Some(started.clone());
+        Ok(started)
+    }
+}
+
+impl stream::Host for AlkCtxView<'_> {
+    async fn publish(&mut self, stream: String, payload: Vec<u8>) -> Result<u64, CallError> {
+        let now = self.ctx.now();
+        Ok(self.ctx.stream_store().await?.publish(&stream, None, &payload, now).await?)
+    }
+
+    async fn publish_with_key(
+        &mut self,
+        stream: String,
+        key: String,
+        payload: Vec<u8>,
+    ) -> Result<u64, CallError> {
+        let now = self.ctx.now();
+        Ok(self.ctx.stream_store().await?.publish(&stream, Some(&key), &payload, now).await?)
+    }
+
+    async fn read_since(&mut self, stream: String, offset: u64, limit: u32) -> Result<Vec<Event>, CallError> {
+        let events = self.ctx.stream_store().await?.read_since(&stream, offset, limit).await?;
+        Ok(events.into_iter().map(event).collect())
+    }
+
+    async fn save_offset(&mut self, stream: String, consumer: String, offset: u64) -> Result<(), CallError> {
+        Ok(self.ctx.stream_store().await?.save_offset(&stream, &consumer, offset).await?)
+    }
+
+    async fn get_offset(&mut self, stream: String, consumer: String) -> Result<Option<u64>, CallError> {
+        Ok(self.ctx.stream_store().await?.get_offset(&stream, &consumer).await?)
+    }
+
+    async fn trim_to(&mut self, stream: String, horizon: u64) -> Result<u64, CallError> {
+        Ok(self.ctx.stream_store().await?.trim_to(&stream, horizon).await?)
+    }
+
+    async fn subscribe(&mut self, stream: String, consumer: String) -> Result<Resource<Subscription>, CallError> {
+        check_name("stream", &stream).map_err(CallError::from)?;
+        check_identifier("consumer", &consumer).map_err(CallError::from)?;
+        let saved = self.ctx.stream_store().await?.get_offset(&stream, &consumer).await?;
+        Ok(self.table.push(Subscription { stream, consumer, position: saved.unwrap_or(0) })?)
+    }
+}
+
+impl stream::HostSubscription for AlkCtxView<'_> {
+    async fn next(&mut self, sub: Resource<Subscription>, max: u32) -> Result<Vec<Event>, CallError> {
+        let store = self.ctx.stream_store().await?;
+        let s = self.table.get(&sub)?;
+        let events = store.read_since(&s.stream, s.position, max).await?;
+        if let Some(last) = events.last() {
+            self.table.get_mut(&sub)?.position = last.offset;
+        }
+        Ok(events.into_iter().map(event).collect())
+    }
+
+    async fn position(&mut self, sub: Resource<Subscription>) -> wasmtime::Result<u64> {
+        Ok(self.table.get(&sub)?.position)
+    }
+
+    async fn save(&mut self, sub: Resource<Subscription>) -> Result<(), CallError> {
+        let store = self.ctx.stream_store().await?;
+        let s = self.table.get(&sub)?;
+        Ok(store.save_offset(&s.stream, &s.consumer, s.position).await?)
+    }
+
+    async fn drop(&mut self, sub: Resource<Subscription>) -> wasmtime::Result<()> {
+        self.table.delete(sub)?;
+        Ok(())
+    }
+}
+
+impl stream::HostTransaction for AlkCtxView<'_> {
+    async fn new(&mut self) -> wasmtime::Result<Resource<Transaction>> {
+        Ok(self.table.push(Transaction::default())?)
+    }
+
+    async fn publish(
+        &mut self,
+        tx: Resource<Transaction>,
+        stream: String,
+        payload: Vec<u8>,
+    ) -> Result<u64, CallError> {
+        let now = self.ctx.now();
+        Ok(self.stream_tx(&tx).await?.publish(&stream, None, &payload, now).await?)
+    }
+
+    async fn publish_with_key(
+        &mut self,
+        tx: Resource<Transaction>,
+        stream: String,
+        key: String,
+        payload: Vec<u8>,
+    ) -> Result<u64, CallError> {
+        let now = self.ctx.now();
+        Ok(self.stream_tx(&tx).await?.publish(&stream, Some(&key), &payload, now).await?)
+    }
+
+    async fn save_offset(
+        &mut self,
+        tx: Resource<Transaction>,
+        stream: String,
+        consumer: String,
+        offset: u64,
+    ) -> Result<(), CallError> {
+        Ok(self.stream_tx(&tx).await?.save_offset(&stream, &consumer, offset).await?)
+    }
+
+    async fn commit(&mut self, tx: Resource<Transaction>) -> Result<(), CallError> {
+        Ok(self.stream_tx(&tx).await?.commit().await?)
+    }
+
+    async fn rollback(&mut self, tx: Resource<Transaction>) -> wasmtime::Result<()> {
+        if let Some(t) = &self.table.get(&tx)?.tx {
+            t.rollback().await;
+        }
+        Ok(())
+    }
+
+    async fn drop(&mut self, tx: Resource<Transaction>) -> wasmtime::Result<()> {
+        // Dropped without commit: roll back now, while we can wait for it.
+        if let Some(t) = self.table.delete(tx)?.tx {
+            t.rollback().await;
+        }
+        Ok(())
+    }
+}

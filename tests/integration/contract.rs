@@ -99,3 +99,16 @@ fn queue_contract_python_through_cli() {
 fn queue_contract_is_the_same_in_every_language() {
     assert_eq!(lib("queue-contract"), lib("queue-contract-py"));
 }
+
+/// Every rule of the stream contract is a case.
+const STREAM_CASES: usize = 25;
+
+#[test]
+fn stream_contract_through_library() {
+    assert_eq!(lib("stream-contract").len(), STREAM_CASES);
+}
+
+#[test]
+fn stream_contract_through_cli() {
+    assert_eq!(cli("stream-contract", "stream").len(), STREAM_CASES);
+}

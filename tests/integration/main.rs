@@ -10,3 +10,4 @@ mod guest_limits;
 mod kv_clock;
 mod multiprocess;
 mod queue_processes;
+mod stream_processes;

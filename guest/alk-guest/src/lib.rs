@@ -16,6 +16,7 @@ wit_bindgen::generate!({
 
 pub use alk::store::kv;
 pub use alk::store::queue;
+pub use alk::store::stream;
 pub use alk::store::types::{Error, SetupFailure, TooLarge};
 
 

@@ -12,5 +12,6 @@ wasmtime::component::bindgen!({
         "alk:store/queue.queue": crate::queue::Queue,
         "alk:store/stream.subscription": crate::stream::Subscription,
         "alk:store/stream.transaction": crate::stream::Transaction,
+        "alk:store/lock.lock": crate::lock::Lock,
     },
 });

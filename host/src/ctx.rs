@@ -8,6 +8,7 @@ use wasmtime::component::ResourceTable;
 
 use crate::store::RetryPolicy;
 use crate::store::kv::KvLimits;
+use crate::store::lock::LockStore;
 use crate::store::stream::{StreamLimits, StreamStore};
 
 /// The source of "now" for expiry decisions, in unix epoch milliseconds.
@@ -80,6 +81,8 @@ pub struct AlkCtx {
     pub(crate) retry: RetryPolicy,
     /// The stream store, opened on first use.
     pub(crate) streams: Arc<tokio::sync::OnceCell<StreamStore>>,
+    /// The lock store, opened on first use.
+    pub(crate) locks: Arc<tokio::sync::OnceCell<LockStore>>,
 }
 
 impl std::fmt::Debug for AlkCtx {
@@ -113,6 +116,14 @@ impl AlkCtx {
     pub(crate) async fn stream_store(&self) -> crate::AlkResult<StreamStore> {
         self.streams
             .get_or_try_init(|| StreamStore::open(&self.data_dir, self.limits.stream, self.retry))
+            .await
+            .cloned()
+    }
+
+    /// The lock store of the data directory, opened on first use.
+    pub(crate) async fn lock_store(&self) -> crate::AlkResult<LockStore> {
+        self.locks
+            .get_or_try_init(|| LockStore::open(&self.data_dir, self.retry))
             .await
             .cloned()
     }
@@ -167,6 +178,7 @@ impl AlkCtxBuilder {
             clock: self.clock,
             retry: self.retry,
             streams: Default::default(),
+            locks: Default::default(),
         }
     }
 }

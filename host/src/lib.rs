@@ -70,6 +70,7 @@ mod bindings;
 mod ctx;
 mod error;
 pub mod kv;
+pub mod lock;
 pub mod queue;
 mod run;
 pub mod stream;
@@ -90,6 +91,7 @@ pub fn add_to_linker<T: AlkView + 'static>(linker: &mut Linker<T>) -> wasmtime::
     kv::add_interface_to_linker(linker)?;
     queue::add_interface_to_linker(linker)?;
     stream::add_interface_to_linker(linker)?;
+    lock::add_interface_to_linker(linker)?;
     Ok(())
 }
 

@@ -112,3 +112,16 @@ fn stream_contract_through_library() {
 fn stream_contract_through_cli() {
     assert_eq!(cli("stream-contract", "stream").len(), STREAM_CASES);
 }
+
+/// Every rule of the lock contract is a case.
+const LOCK_CASES: usize = 17;
+
+#[test]
+fn lock_contract_through_library() {
+    assert_eq!(lib("lock-contract").len(), LOCK_CASES);
+}
+
+#[test]
+fn lock_contract_through_cli() {
+    assert_eq!(cli("lock-contract", "lock").len(), LOCK_CASES);
+}

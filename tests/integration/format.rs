@@ -67,6 +67,11 @@ fn the_stream_store_has_exactly_the_documented_schema_and_marker() {
 }
 
 #[test]
+fn the_lock_store_has_exactly_the_documented_schema_and_marker() {
+    assert_stores_match_document("lock-contract", "lock", "locallock.sqlite", "locallock.v1", &[]);
+}
+
+#[test]
 fn queue_stores_have_exactly_the_documented_schema_index_and_marker() {
     assert_stores_match_document(
         "queue-contract",
@@ -222,5 +227,24 @@ fn a_stream_store_with_a_foreign_marker_is_rejected_and_left_untouched() {
         dir.path(),
         &file,
         &["localstream.v0", "localstream.v1"],
+    );
+}
+
+#[test]
+fn a_lock_store_with_a_foreign_marker_is_rejected_and_left_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = foreign_store(
+        dir.path(),
+        "lock/locallock.sqlite",
+        "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);\
+         INSERT INTO meta VALUES ('format', 'somelock.v3');",
+    );
+    assert_tool_rejected(
+        "lock-tool",
+        &["holder", "l"],
+        &["acquire", "l", "me", "1000", "10"],
+        dir.path(),
+        &file,
+        &["somelock.v3", "locallock.v1"],
     );
 }

@@ -8,6 +8,7 @@ mod contract;
 mod format;
 mod guest_limits;
 mod kv_clock;
+mod lock_processes;
 mod multiprocess;
 mod queue_processes;
 mod stream_processes;

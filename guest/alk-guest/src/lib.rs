@@ -15,6 +15,7 @@ wit_bindgen::generate!({
 });
 
 pub use alk::store::kv;
+pub use alk::store::lock;
 pub use alk::store::queue;
 pub use alk::store::stream;
 pub use alk::store::types::{Error, SetupFailure, TooLarge};

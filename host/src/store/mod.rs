@@ -5,6 +5,7 @@
 //! sleeping) and returns [`crate::AlkResult`].
 
 pub mod kv;
+pub mod lock;
 pub mod names;
 pub mod open;
 pub mod queue;

@@ -1,0 +1,89 @@
+//! Host glue of the `lock` interface: checks and translates, then calls
+//! [`crate::store::lock`]. No SQL here.
+
+use wasmtime::component::{Linker, Resource};
+
+use crate::HasAlk;
+use crate::bindings::alk::store::lock::{self, HolderInfo};
+use crate::ctx::{AlkCtxView, AlkView};
+use crate::error::CallError;
+use crate::store::lock::Acquired;
+
+/// One acquisition, as held in the instance's resource table.
+#[derive(Debug)]
+pub struct Lock {
+    acquired: Acquired,
+}
+
+/// Adds the imports of the `alk:store/lock-imports` world (the `types` and
+/// `lock` interfaces) to `linker`.
+pub fn add_to_linker<T: AlkView + 'static>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
+    crate::add_types_to_linker(linker)?;
+    add_interface_to_linker(linker)
+}
+
+pub(crate) fn add_interface_to_linker<T: AlkView + 'static>(
+    linker: &mut Linker<T>,
+) -> wasmtime::Result<()> {
+    lock::add_to_linker::<T, HasAlk>(linker, |t| t.alk())
+}
+
+impl lock::Host for AlkCtxView<'_> {
+    async fn try_lock(
+        &mut self,
+        name: String,
+        owner: String,
+        ttl_ms: u64,
+    ) -> Result<Option<Resource<Lock>>, CallError> {
+        let now = self.ctx.now();
+        let store = self.ctx.lock_store().await?;
+        match store.try_lock(&name, &owner, ttl_ms, now).await? {
+            Some(acquired) => Ok(Some(self.table.push(Lock { acquired })?)),
+            None => Ok(None),
+        }
+    }
+
+    async fn holder(&mut self, name: String) -> Result<Option<HolderInfo>, CallError> {
+        let now = self.ctx.now();
+        let holder = self.ctx.lock_store().await?.holder(&name, now).await?;
+        Ok(holder.map(|h| HolderInfo { owner: h.owner, expires_at: h.expires_at.max(0) as u64, token: h.token }))
+    }
+}
+
+impl lock::HostLock for AlkCtxView<'_> {
+    async fn name(&mut self, l: Resource<Lock>) -> wasmtime::Result<String> {
+        Ok(self.table.get(&l)?.acquired.name.clone())
+    }
+
+    async fn owner(&mut self, l: Resource<Lock>) -> wasmtime::Result<String> {
+        Ok(self.table.get(&l)?.acquired.owner.clone())
+    }
+
+    async fn token(&mut self, l: Resource<Lock>) -> wasmtime::Result<u64> {
+        Ok(self.table.get(&l)?.acquired.token)
+    }
+
+    async fn renew(&mut self, l: Resource<Lock>, ttl_ms: u64) -> Result<bool, CallError> {
+        let now = self.ctx.now();
+        let store = self.ctx.lock_store().await?;
+        Ok(store.renew(&self.table.get(&l)?.acquired, ttl_ms, now).await?)
+    }
+
+    async fn release(&mut self, l: Resource<Lock>) -> Result<bool, CallError> {
+        let now = self.ctx.now();
+        let store = self.ctx.lock_store().await?;
+        Ok(store.release(&self.table.get(&l)?.acquired, now).await?)
+    }
+
+    async fn drop(&mut self, l: Resource<Lock>) -> wasmtime::Result<()> {
+        let lock = self.table.delete(l)?;
+        // Dropping the handle releases the acquisition if it still holds
+        // the lock. A failure to release is not the guest's problem: the
+        // lock then expires at its deadline.
+        let now = self.ctx.now();
+        if let Ok(store) = self.ctx.lock_store().await {
+            let _ = store.release(&lock.acquired, now).await;
+        }
+        Ok(())
+    }
+}

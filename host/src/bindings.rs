@@ -8,10 +8,12 @@ wasmtime::component::bindgen!({
         "alk:store/types.error" => crate::error::CallError,
     },
     with: {
+        "wasi:io/poll": wasmtime_wasi::p2::bindings::io::poll,
         "alk:store/kv.bucket": crate::kv::Bucket,
         "alk:store/queue.queue": crate::queue::Queue,
         "alk:store/stream.subscription": crate::stream::Subscription,
         "alk:store/stream.transaction": crate::stream::Transaction,
         "alk:store/lock.lock": crate::lock::Lock,
+        "alk:store/notify.listener": crate::notify::Listener,
     },
 });

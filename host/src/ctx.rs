@@ -112,6 +112,11 @@ impl AlkCtx {
         self.clock.now_ms()
     }
 
+    /// This context's clock.
+    pub(crate) fn clock(&self) -> Arc<dyn Clock> {
+        self.clock.clone()
+    }
+
     /// The stream store of the data directory, opened on first use.
     pub(crate) async fn stream_store(&self) -> crate::AlkResult<StreamStore> {
         self.streams

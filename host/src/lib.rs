@@ -71,6 +71,7 @@ mod ctx;
 mod error;
 pub mod kv;
 pub mod lock;
+pub mod notify;
 pub mod queue;
 mod run;
 pub mod stream;
@@ -92,6 +93,7 @@ pub fn add_to_linker<T: AlkView + 'static>(linker: &mut Linker<T>) -> wasmtime::
     queue::add_interface_to_linker(linker)?;
     stream::add_interface_to_linker(linker)?;
     lock::add_interface_to_linker(linker)?;
+    notify::add_interface_to_linker(linker)?;
     Ok(())
 }
 
@@ -106,6 +108,13 @@ pub(crate) fn add_types_to_linker<T: AlkView + 'static>(
     linker: &mut Linker<T>,
 ) -> wasmtime::Result<()> {
     types::add_to_linker::<T, HasAlk>(linker, |t| t.alk())
+}
+
+/// The instant `timeout_ms` from now; absurdly long timeouts are capped at
+/// a year (a guest cannot overflow the host's clock).
+pub(crate) fn deadline_in(timeout_ms: u64) -> tokio::time::Instant {
+    let timeout = std::time::Duration::from_millis(timeout_ms.min(365 * 24 * 3600 * 1000));
+    tokio::time::Instant::now() + timeout
 }
 
 impl types::Host for AlkCtxView<'_> {

@@ -43,6 +43,22 @@ impl lock::Host for AlkCtxView<'_> {
         }
     }
 
+    async fn wait_lock(
+        &mut self,
+        name: String,
+        owner: String,
+        ttl_ms: u64,
+        timeout_ms: u64,
+    ) -> Result<Option<Resource<Lock>>, CallError> {
+        let clock = self.ctx.clock();
+        let now = move || clock.now_ms();
+        let store = self.ctx.lock_store().await?;
+        match store.lock_wait(&name, &owner, ttl_ms, &now, crate::deadline_in(timeout_ms)).await? {
+            Some(acquired) => Ok(Some(self.table.push(Lock { acquired })?)),
+            None => Ok(None),
+        }
+    }
+
     async fn holder(&mut self, name: String) -> Result<Option<HolderInfo>, CallError> {
         let now = self.ctx.now();
         let holder = self.ctx.lock_store().await?.holder(&name, now).await?;

@@ -1,11 +1,14 @@
 //! Host glue of the `queue` interface: checks and translates, then calls
 //! [`crate::store::queue`]. No SQL here.
 
+use std::sync::Arc;
+
 use wasmtime::component::{Linker, Resource};
+use wasmtime_wasi::p2::{DynPollable, Pollable, subscribe};
 
 use crate::HasAlk;
 use crate::bindings::alk::store::queue::{self, Message, Payload};
-use crate::ctx::{AlkCtxView, AlkView};
+use crate::ctx::{AlkCtxView, AlkView, Clock};
 use crate::error::CallError;
 use crate::store::queue::{self as store, QueueStore};
 
@@ -30,6 +33,33 @@ pub(crate) fn add_interface_to_linker<T: AlkView + 'static>(
 }
 
 impl queue::Host for AlkCtxView<'_> {}
+
+fn message(d: store::Delivery) -> Message {
+    Message {
+        payload: match d.payload {
+            store::Payload::Json(s) => Payload::Json(s),
+            store::Payload::Text(s) => Payload::Text(s),
+        },
+        receipt: d.receipt,
+        attempt: d.attempt,
+    }
+}
+
+/// Ready when a message of the queue may be receivable.
+struct QueueReady {
+    store: QueueStore,
+    clock: Arc<dyn Clock>,
+}
+
+#[wasmtime_wasi::async_trait]
+impl Pollable for QueueReady {
+    async fn ready(&mut self) {
+        let clock = self.clock.clone();
+        let now = move || clock.now_ms();
+        // An error makes the pollable ready: the guest's next call reports it.
+        let _ = self.store.wait_due(&now, None).await;
+    }
+}
 
 impl queue::HostQueue for AlkCtxView<'_> {
     async fn open(&mut self, name: String) -> Result<Resource<Queue>, CallError> {
@@ -60,17 +90,27 @@ impl queue::HostQueue for AlkCtxView<'_> {
         let now = self.ctx.now();
         let store = self.table.get(&q)?.store.clone();
         let deliveries = store.receive(max, visibility_ms, now).await?;
-        Ok(deliveries
-            .into_iter()
-            .map(|d| Message {
-                payload: match d.payload {
-                    store::Payload::Json(s) => Payload::Json(s),
-                    store::Payload::Text(s) => Payload::Text(s),
-                },
-                receipt: d.receipt,
-                attempt: d.attempt,
-            })
-            .collect())
+        Ok(deliveries.into_iter().map(message).collect())
+    }
+
+    async fn receive_wait(
+        &mut self,
+        q: Resource<Queue>,
+        max: u32,
+        visibility_ms: Option<u64>,
+        timeout_ms: u64,
+    ) -> Result<Vec<Message>, CallError> {
+        let clock = self.ctx.clock();
+        let now = move || clock.now_ms();
+        let store = self.table.get(&q)?.store.clone();
+        let deliveries = store.receive_wait(max, visibility_ms, &now, crate::deadline_in(timeout_ms)).await?;
+        Ok(deliveries.into_iter().map(message).collect())
+    }
+
+    async fn subscribe(&mut self, q: Resource<Queue>) -> wasmtime::Result<Resource<DynPollable>> {
+        let ready = QueueReady { store: self.table.get(&q)?.store.clone(), clock: self.ctx.clock() };
+        let ready = self.table.push(ready)?;
+        subscribe(self.table, ready)
     }
 
     async fn ack(&mut self, q: Resource<Queue>, receipt: String) -> Result<(), CallError> {

@@ -4,13 +4,14 @@
 use std::sync::Arc;
 
 use wasmtime::component::{Linker, Resource};
+use wasmtime_wasi::p2::{DynPollable, Pollable, subscribe};
 
 use crate::HasAlk;
 use crate::bindings::alk::store::stream::{self, Event};
 use crate::ctx::{AlkCtxView, AlkView};
 use crate::error::CallError;
 use crate::store::names::{check_identifier, check_name};
-use crate::store::stream::{self as store, StreamTx};
+use crate::store::stream::{self as store, StreamStore, StreamTx};
 
 /// A consumer's read position, as held in the instance's resource table.
 #[derive(Debug)]
@@ -47,6 +48,21 @@ fn event(e: store::Event) -> Event {
         key: e.key,
         payload: e.payload,
         created_at: e.created_at.max(0) as u64,
+    }
+}
+
+/// Ready when the stream has events after a position.
+struct StreamReady {
+    store: StreamStore,
+    stream: String,
+    position: u64,
+}
+
+#[wasmtime_wasi::async_trait]
+impl Pollable for StreamReady {
+    async fn ready(&mut self) {
+        // An error makes the pollable ready: the guest's next call reports it.
+        let _ = self.store.read_wait(&self.stream, self.position, 0, None).await;
     }
 }
 
@@ -112,6 +128,28 @@ impl stream::HostSubscription for AlkCtxView<'_> {
             self.table.get_mut(&sub)?.position = last.offset;
         }
         Ok(events.into_iter().map(event).collect())
+    }
+
+    async fn next_wait(&mut self, sub: Resource<Subscription>, max: u32, timeout_ms: u64) -> Result<Vec<Event>, CallError> {
+        let store = self.ctx.stream_store().await?;
+        let s = self.table.get(&sub)?;
+        let events = store
+            .read_wait(&s.stream, s.position, max, Some(crate::deadline_in(timeout_ms)))
+            .await?
+            .unwrap_or_default();
+        if let Some(last) = events.last() {
+            self.table.get_mut(&sub)?.position = last.offset;
+        }
+        Ok(events.into_iter().map(event).collect())
+    }
+
+    async fn subscribe(&mut self, sub: Resource<Subscription>) -> wasmtime::Result<Resource<DynPollable>> {
+        // The store is open: the subscription was made through it.
+        let store = self.ctx.stream_store().await?;
+        let s = self.table.get(&sub)?;
+        let ready = StreamReady { store, stream: s.stream.clone(), position: s.position };
+        let ready = self.table.push(ready)?;
+        subscribe(self.table, ready)
     }
 
     async fn position(&mut self, sub: Resource<Subscription>) -> wasmtime::Result<u64> {

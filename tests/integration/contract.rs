@@ -125,3 +125,16 @@ fn lock_contract_through_library() {
 fn lock_contract_through_cli() {
     assert_eq!(cli("lock-contract", "lock").len(), LOCK_CASES);
 }
+
+/// Every rule of the notify contract is a case.
+const NOTIFY_CASES: usize = 10;
+
+#[test]
+fn notify_contract_through_library() {
+    assert_eq!(lib("notify-contract").len(), NOTIFY_CASES);
+}
+
+#[test]
+fn notify_contract_through_cli() {
+    assert_eq!(cli("notify-contract", "wake").len(), NOTIFY_CASES);
+}

@@ -12,3 +12,4 @@ mod lock_processes;
 mod multiprocess;
 mod queue_processes;
 mod stream_processes;
+mod wake_processes;

@@ -11,11 +11,23 @@
 
 wit_bindgen::generate!({
     path: "../../wit",
-    world: "alk:store/imports",
+    // Everything alk offers, plus the monotonic clock for timer pollables.
+    inline: "
+        package alk:guest;
+        world guest {
+            include alk:store/imports@0.1.0;
+            import wasi:clocks/monotonic-clock@0.2.12;
+        }
+    ",
+    world: "alk:guest/guest",
+    generate_all,
 });
 
 pub use alk::store::kv;
 pub use alk::store::lock;
+pub use alk::store::notify;
+/// `wasi:io/poll`, to wait on several alk pollables at once.
+pub use wasi::io::poll;
 pub use alk::store::queue;
 pub use alk::store::stream;
 pub use alk::store::types::{Error, SetupFailure, TooLarge};

@@ -8,6 +8,8 @@
 //!   releases, and prints `section <token> <start-µs> <end-µs>`
 //! - `hold <lock> <owner> <ttl-ms>`: takes the lock, prints
 //!   `held <token> <expires-at>`, then sleeps forever
+//! - `hold-until <lock> <owner> <ttl-ms> <channel>`: takes the lock, prints
+//!   `held <token>`, releases it when `channel` is notified
 //! - `acquire <lock> <owner> <ttl-ms> <timeout-ms>`: tries every 5 ms until
 //!   it gets the lock (`acquired <token> <acquired-at-ms>`) or the time is
 //!   up (`timeout`, exit 1)
@@ -79,6 +81,15 @@ fn main() {
             loop {
                 std::thread::sleep(forever);
             }
+        }
+        ["hold-until", name, owner, ttl, channel] => {
+            let until = alk_guest::notify::listen(channel).unwrap_or_else(|e| fail(e));
+            let l = wait_for(name, owner, num(ttl), Duration::from_millis(1), forever).unwrap();
+            writeln!(out, "held {}", l.token()).unwrap();
+            out.flush().unwrap();
+            while !until.wait(60_000) {}
+            let released = l.release().unwrap_or_else(|e| fail(e));
+            writeln!(out, "released {released}").unwrap();
         }
         ["acquire", name, owner, ttl, timeout] => {
             match wait_for(name, owner, num(ttl), Duration::from_millis(5), Duration::from_millis(num(timeout))) {

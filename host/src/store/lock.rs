@@ -7,11 +7,13 @@
 
 use std::path::{Path, PathBuf};
 
+use tokio::time::Instant;
 use turso::Connection;
 
 use super::names::check_name;
 use super::open::{Format, Store, open_store};
 use super::retry::RetryPolicy;
+use super::wake::{Check, Wakes};
 use crate::error::{AlkError, AlkResult};
 
 /// The DDL of `locallock.v1`, run (idempotently) on every open.
@@ -78,6 +80,11 @@ pub struct Holder {
 #[derive(Debug, Clone)]
 pub struct LockStore {
     store: Store,
+    wakes: Wakes,
+}
+
+fn topic(name: &str) -> String {
+    format!("lock.{name}")
 }
 
 /// The lock store file under `data_dir`.
@@ -115,7 +122,7 @@ impl LockStore {
     /// Opens (creating on first use) the lock store under `data_dir`.
     pub async fn open(data_dir: &Path, policy: RetryPolicy) -> AlkResult<Self> {
         let store = open_store(&lock_path(data_dir), &FORMAT, policy).await?;
-        Ok(LockStore { store })
+        Ok(LockStore { store, wakes: Wakes::for_data_dir(data_dir) })
     }
 
     /// The store file.
@@ -163,9 +170,44 @@ impl LockStore {
     pub async fn release(&self, lock: &Acquired, now: i64) -> AlkResult<bool> {
         let token = lock.token as i64;
         let (name, owner) = (lock.name.as_str(), lock.owner.as_str());
-        self.store
+        let released = self
+            .store
             .run(|conn: Connection| {
                 Box::pin(async move { Ok(conn.execute(RELEASE, (name, owner, token, now)).await? == 1) })
+            })
+            .await?;
+        if released {
+            self.wakes.signal(&topic(name));
+        }
+        Ok(released)
+    }
+
+    /// Like [`LockStore::try_lock`], but waits (without holding anything
+    /// open) until the lock is free and taken, or `deadline`. Waiters wake
+    /// when the lock is released, and at the holder's deadline.
+    pub async fn lock_wait(
+        &self,
+        name: &str,
+        owner: &str,
+        ttl_ms: u64,
+        clock: &(dyn Fn() -> i64 + Send + Sync),
+        deadline: Instant,
+    ) -> AlkResult<Option<Acquired>> {
+        check_name("lock", name)?;
+        check_owner(owner)?;
+        self.wakes
+            .wait_for(&topic(name), Some(deadline), || {
+                Box::pin(async move {
+                    let now = clock();
+                    if let Some(acquired) = self.try_lock(name, owner, ttl_ms, now).await? {
+                        return Ok(Check::Ready(acquired));
+                    }
+                    let retry_at = self
+                        .holder(name, now)
+                        .await?
+                        .map(|h| super::queue::instant_in(h.expires_at - now));
+                    Ok(Check::NotYet(retry_at))
+                })
             })
             .await
     }

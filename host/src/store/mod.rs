@@ -11,6 +11,7 @@ pub mod open;
 pub mod queue;
 pub mod retry;
 pub mod stream;
+pub mod wake;
 
 pub use open::{Format, Store, open_store};
 pub use retry::RetryPolicy;

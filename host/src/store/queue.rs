@@ -5,12 +5,15 @@
 //! the same DDL and statements.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
+use tokio::time::Instant;
 use turso::{Connection, Value};
 
 use super::names::check_name;
 use super::open::{Format, Store, open_store};
 use super::retry::{Failure, RetryPolicy};
+use super::wake::{Check, Wakes};
 use crate::error::{AlkError, AlkResult};
 
 /// The DDL of `localqueue.v1`, run (idempotently) on every open.
@@ -52,6 +55,8 @@ pub const NACK: &str = "UPDATE messages SET visible_at = ?3 WHERE id = ?1 AND re
 pub const EXISTS: &str = "SELECT 1 FROM messages WHERE id = ?1";
 /// Deletes every message.
 pub const PURGE: &str = "DELETE FROM messages";
+/// When the next message becomes due (a waiting receive sleeps until then).
+pub const NEXT_VISIBLE: &str = "SELECT visible_at FROM messages ORDER BY visible_at LIMIT 1";
 
 /// The largest payload, in bytes of its stored text.
 pub const MAX_PAYLOAD_BYTES: usize = 64 * 1024;
@@ -90,11 +95,18 @@ pub struct Delivery {
 #[derive(Debug, Clone)]
 pub struct QueueStore {
     store: Store,
+    wakes: Wakes,
+    topic: String,
 }
 
 /// The file of queue `name` under `data_dir`.
 pub fn queue_path(data_dir: &Path, name: &str) -> PathBuf {
     data_dir.join("queue").join(name).join("localqueue.sqlite")
+}
+
+/// The instant `ms` milliseconds from now (at least now).
+pub(crate) fn instant_in(ms: i64) -> Instant {
+    Instant::now() + Duration::from_millis(ms.max(0) as u64)
 }
 
 /// What a receipt says, if it is one this store could have issued.
@@ -120,7 +132,7 @@ impl QueueStore {
     pub async fn open(data_dir: &Path, name: &str, policy: RetryPolicy) -> AlkResult<Self> {
         check_name("queue", name)?;
         let store = open_store(&queue_path(data_dir, name), &FORMAT, policy).await?;
-        Ok(QueueStore { store })
+        Ok(QueueStore { store, wakes: Wakes::for_data_dir(data_dir), topic: format!("queue.{name}") })
     }
 
     /// The queue's file.
@@ -146,14 +158,81 @@ impl QueueStore {
         {
             return Err(AlkError::InvalidArgument(format!("payload is not valid JSON: {e}")));
         }
-        self.store
+        let id = self
+            .store
             .run(|conn: Connection| {
                 Box::pin(async move {
                     conn.execute(SEND, (kind, data.as_str(), now)).await?;
                     Ok(conn.last_insert_rowid())
                 })
             })
+            .await?;
+        self.wakes.signal(&self.topic);
+        Ok(id)
+    }
+
+    /// When the next message is due, if there is any message.
+    pub async fn next_visible(&self) -> AlkResult<Option<i64>> {
+        self.store
+            .run(|conn: Connection| {
+                Box::pin(async move {
+                    let mut rows = conn.query(NEXT_VISIBLE, ()).await?;
+                    let mut at = None;
+                    while let Some(row) = rows.next().await? {
+                        at = Some(row.get::<i64>(0)?);
+                    }
+                    Ok(at)
+                })
+            })
             .await
+    }
+
+    /// Waits until some message is due (by `clock`), or `deadline`. True
+    /// when one is. A hint: another receiver may take it first.
+    pub async fn wait_due(&self, clock: &(dyn Fn() -> i64 + Send + Sync), deadline: Option<Instant>) -> AlkResult<bool> {
+        let found = self
+            .wakes
+            .wait_for(&self.topic, deadline, || {
+                Box::pin(async move {
+                    let now = clock();
+                    Ok(match self.next_visible().await? {
+                        Some(at) if at <= now => Check::Ready(()),
+                        Some(at) => Check::NotYet(Some(instant_in(at - now))),
+                        None => Check::NotYet(None),
+                    })
+                })
+            })
+            .await?;
+        Ok(found.is_some())
+    }
+
+    /// Like [`QueueStore::receive`], but waits (without holding anything
+    /// open) until at least one message can be claimed or `deadline`
+    /// passes; an empty list means the deadline passed.
+    pub async fn receive_wait(
+        &self,
+        max: u32,
+        visibility_ms: Option<u64>,
+        clock: &(dyn Fn() -> i64 + Send + Sync),
+        deadline: Instant,
+    ) -> AlkResult<Vec<Delivery>> {
+        let got = self
+            .wakes
+            .wait_for(&self.topic, Some(deadline), || {
+                Box::pin(async move {
+                    let now = clock();
+                    match self.next_visible().await? {
+                        Some(at) if at <= now => {}
+                        Some(at) => return Ok(Check::NotYet(Some(instant_in(at - now)))),
+                        None => return Ok(Check::NotYet(None)),
+                    }
+                    let got = self.receive(max, visibility_ms, now).await?;
+                    // Empty: another receiver was faster; wait again.
+                    Ok(if got.is_empty() { Check::NotYet(None) } else { Check::Ready(got) })
+                })
+            })
+            .await?;
+        Ok(got.unwrap_or_default())
     }
 
     /// Claims up to `max` due messages at `now` for `visibility_ms`.
@@ -256,7 +335,9 @@ impl QueueStore {
 
     /// Makes the message of a current receipt due at `now`.
     pub async fn nack(&self, receipt: &str, now: i64) -> AlkResult<()> {
-        self.settle(NACK, receipt, now).await
+        self.settle(NACK, receipt, now).await?;
+        self.wakes.signal(&self.topic);
+        Ok(())
     }
 
     /// Deletes every message.
@@ -294,6 +375,7 @@ mod tests {
             ("NACK", NACK),
             ("EXISTS", EXISTS),
             ("PURGE", PURGE),
+            ("NEXT_VISIBLE", NEXT_VISIBLE),
         ] {
             assert!(doc.contains(&squash(sql)), "{name} differs from docs/formats/localqueue.v1.md");
         }
@@ -338,6 +420,7 @@ mod tests {
 #[cfg(test)]
 mod contention_tests {
     use std::time::{Duration, Instant};
+
 
     use super::*;
 

@@ -9,11 +9,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
 use turso::{Connection, Value};
 
 use super::names::{check_identifier, check_name};
 use super::open::{Format, Store, open_store};
 use super::retry::{Failure, RetryPolicy};
+use super::wake::{Check, Wakes};
 use crate::error::{AlkError, AlkResult};
 
 /// The DDL of `localstream.v1`, run (idempotently) on every open.
@@ -114,6 +116,11 @@ pub struct Event {
 pub struct StreamStore {
     store: Store,
     limits: StreamLimits,
+    wakes: Wakes,
+}
+
+fn topic(stream: &str) -> String {
+    format!("stream.{stream}")
 }
 
 /// The stream store file under `data_dir`.
@@ -129,7 +136,7 @@ impl StreamStore {
     /// Opens (creating on first use) the stream store under `data_dir`.
     pub async fn open(data_dir: &Path, limits: StreamLimits, policy: RetryPolicy) -> AlkResult<Self> {
         let store = open_store(&stream_path(data_dir), &FORMAT, policy).await?;
-        Ok(StreamStore { store, limits })
+        Ok(StreamStore { store, limits, wakes: Wakes::for_data_dir(data_dir) })
     }
 
     /// The store file.
@@ -174,8 +181,37 @@ impl StreamStore {
     /// Appends an event; returns its offset.
     pub async fn publish(&self, stream: &str, key: Option<&str>, payload: &[u8], now: i64) -> AlkResult<u64> {
         self.check_publish(stream, key, payload)?;
-        self.store
+        let offset = self
+            .store
             .run_immediate(|conn: Connection| Box::pin(async move { publish_on(&conn, stream, key, payload, now).await }))
+            .await?;
+        self.wakes.signal(&topic(stream));
+        Ok(offset)
+    }
+
+    /// Like [`StreamStore::read_since`], but waits (without holding
+    /// anything open) until there is at least one event after `offset`, or
+    /// `deadline`; `None` means there is still nothing. With `limit` 0 it
+    /// only waits and returns an empty list when there is something.
+    pub async fn read_wait(
+        &self,
+        stream: &str,
+        offset: u64,
+        limit: u32,
+        deadline: Option<Instant>,
+    ) -> AlkResult<Option<Vec<Event>>> {
+        check_name("stream", stream)?;
+        self.wakes
+            .wait_for(&topic(stream), deadline, || {
+                Box::pin(async move {
+                    let events = self.read_since(stream, offset, limit.max(1)).await?;
+                    Ok(match (events.is_empty(), limit) {
+                        (true, _) => Check::NotYet(None),
+                        (false, 0) => Check::Ready(Vec::new()),
+                        (false, _) => Check::Ready(events),
+                    })
+                })
+            })
             .await
     }
 
@@ -257,7 +293,11 @@ impl StreamStore {
     /// A transaction on this store; it takes the write lock at its first
     /// operation.
     pub fn transaction(&self) -> StreamTx {
-        StreamTx { store: self.clone(), state: Arc::new(tokio::sync::Mutex::new(TxState::NotStarted)) }
+        StreamTx {
+            store: self.clone(),
+            state: Arc::new(tokio::sync::Mutex::new(TxState::NotStarted)),
+            published: Default::default(),
+        }
     }
 }
 
@@ -324,6 +364,8 @@ enum TxState {
 pub struct StreamTx {
     store: StreamStore,
     state: Arc<tokio::sync::Mutex<TxState>>,
+    /// Streams published to, to wake their waiters after commit.
+    published: std::sync::Mutex<Vec<String>>,
 }
 
 impl std::fmt::Debug for StreamTx {
@@ -395,7 +437,14 @@ impl StreamTx {
     /// Appends an event inside the transaction; returns its offset.
     pub async fn publish(&self, stream: &str, key: Option<&str>, payload: &[u8], now: i64) -> AlkResult<u64> {
         self.store.check_publish(stream, key, payload)?;
-        self.with_conn(async |conn: &Connection| publish_on(conn, stream, key, payload, now).await).await
+        let offset = self
+            .with_conn(async |conn: &Connection| publish_on(conn, stream, key, payload, now).await)
+            .await?;
+        let mut published = self.published.lock().unwrap_or_else(|p| p.into_inner());
+        if !published.iter().any(|s| s == stream) {
+            published.push(stream.to_string());
+        }
+        Ok(offset)
     }
 
     /// Saves a consumer offset inside the transaction.
@@ -413,6 +462,10 @@ impl StreamTx {
             TxState::Open(conn) => match conn.execute("COMMIT", ()).await {
                 Ok(_) => {
                     self.store.store.check_in(conn);
+                    let published = std::mem::take(&mut *self.published.lock().unwrap_or_else(|p| p.into_inner()));
+                    for stream in published {
+                        self.store.wakes.signal(&topic(&stream));
+                    }
                     Ok(())
                 }
                 Err(e) => {

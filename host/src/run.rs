@@ -96,7 +96,8 @@ impl AlkView for RunState {
 pub struct Runner {
     engine: Engine,
     linker: Linker<RunState>,
-    _ticker: Option<std::thread::JoinHandle<()>>,
+    /// Started by the first run with a time limit; ticks the epoch.
+    ticker: std::sync::OnceLock<()>,
 }
 
 impl Runner {
@@ -108,24 +109,24 @@ impl Runner {
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
         crate::add_to_linker(&mut linker)?;
-        // The epoch only matters to runs with a time limit; ticking costs
-        // one wake-up per tick, so the ticker holds a weak engine reference
-        // and ends with the runner's engine.
-        let weak = engine.weak();
-        let ticker = std::thread::Builder::new()
-            .name("alk-epoch".into())
-            .spawn(move || {
+        Ok(Runner { engine, linker, ticker: std::sync::OnceLock::new() })
+    }
+
+    /// Starts the epoch ticker, once. Only runs with a time limit need it,
+    /// and a runner without one stays free of periodic wake-ups (an idle
+    /// host uses no CPU). It holds a weak engine reference and ends with
+    /// the runner's engine.
+    fn start_ticker(&self) {
+        self.ticker.get_or_init(|| {
+            let weak = self.engine.weak();
+            let _ = std::thread::Builder::new().name("alk-epoch".into()).spawn(move || {
                 while let Some(engine) = weak.upgrade() {
                     engine.increment_epoch();
                     drop(engine);
                     std::thread::sleep(EPOCH_TICK);
                 }
-            })?;
-        Ok(Runner {
-            engine,
-            linker,
-            _ticker: Some(ticker),
-        })
+            });
+        });
     }
 
     /// The engine, for compiling components.
@@ -190,13 +191,15 @@ impl Runner {
         store.limiter(|s| &mut s.limits);
         match opts.timeout {
             Some(t) => {
+                self.start_ticker();
                 let ticks = t.as_millis().div_ceil(EPOCH_TICK.as_millis()).max(1) as u64;
                 store.set_epoch_deadline(ticks);
                 store.epoch_deadline_trap();
             }
             None => {
-                // No limit: yield now and then so other tasks on the same
-                // executor make progress, then keep going.
+                // No limit: the epoch may tick for other runs of this
+                // runner; this guest then yields to the executor now and
+                // then and keeps going.
                 store.set_epoch_deadline(100);
                 store.epoch_deadline_async_yield_and_update(100);
             }

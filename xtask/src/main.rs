@@ -8,11 +8,15 @@
 //!   `alk-host run` on a demo data directory.
 //! - `test`: checks the vendored WIT, builds the guests, then runs every
 //!   test of the workspace.
+//! - `bench`: builds the host and guests, runs the benchmarks and writes
+//!   `docs/benchmarks.md`.
 //! - `vendor-wit [--check]`: copies the WASI 0.2 WIT of the pinned
 //!   `wasmtime-wasi` release into `wit/deps/` (or checks that it matches).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
+
+mod bench;
 
 /// The componentize-py release the Python guests are built with.
 const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
@@ -21,7 +25,7 @@ const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
 /// The world Python guests bind.
 const PYTHON_WORLD: &str = "command";
 
-type Result<T> = std::result::Result<T, String>;
+pub(crate) type Result<T> = std::result::Result<T, String>;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -30,6 +34,7 @@ fn main() -> ExitCode {
         Some("demo") => demo(),
         Some("test") => test(&args[1..]),
         Some("vendor-wit") => vendor_wit(args.get(1).map(String::as_str) == Some("--check")),
+        Some("bench") => guests_and_host().and_then(|host| bench::run(&root(), &host)),
         _ => {
             eprintln!(
                 "usage: cargo xtask <guests|demo|test [cargo test args…]|vendor-wit [--check]>"
@@ -197,6 +202,14 @@ fn is_fresh(target: &Path, sources: &[&Path]) -> bool {
         return false;
     };
     sources.iter().all(|s| newest(s).is_none_or(|t| t < built))
+}
+
+/// Builds every guest and the host binary; the host's path.
+fn guests_and_host() -> Result<PathBuf> {
+    let root = root();
+    guests()?;
+    run(cargo().current_dir(&root).args(["build", "--quiet", "-p", "alk-host", "--bin", "alk-host"]))?;
+    Ok(root.join("target/debug/alk-host"))
 }
 
 fn demo() -> Result<()> {

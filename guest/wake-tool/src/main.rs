@@ -110,6 +110,7 @@ fn main() {
         }
         ["ping", rounds] => {
             let pong = notify::listen("pong").unwrap_or_else(|e| fail(e));
+            say("waiting");
             // Wait for the other side to attach.
             if !pong.wait(30_000) {
                 fail(alk_guest::Error::Internal("pong never attached".into()));

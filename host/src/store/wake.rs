@@ -40,7 +40,7 @@ use tokio::time::Instant;
 use crate::error::AlkResult;
 
 /// The longest a waiter sleeps before re-reading the store on its own.
-pub const FALLBACK: Duration = Duration::from_millis(100);
+pub const FALLBACK: Duration = Duration::from_millis(250);
 
 /// One topic's waiters in this process.
 #[derive(Debug, Default)]

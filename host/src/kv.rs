@@ -81,6 +81,24 @@ impl kv::HostBucket for AlkCtxView<'_> {
         Ok(store.set_if_absent(&key, &value, ttl_ms, now).await?)
     }
 
+    async fn get_many(&mut self, bucket: Resource<Bucket>, keys: Vec<String>) -> Result<Vec<Option<Vec<u8>>>, CallError> {
+        let now = self.ctx.now();
+        let store = self.table.get(&bucket)?.store.clone();
+        Ok(store.get_many(&keys, now).await?)
+    }
+
+    async fn set_many(
+        &mut self,
+        bucket: Resource<Bucket>,
+        entries: Vec<Entry>,
+        ttl_ms: Option<u64>,
+    ) -> Result<(), CallError> {
+        let now = self.ctx.now();
+        let store = self.table.get(&bucket)?.store.clone();
+        let entries: Vec<(String, Vec<u8>)> = entries.into_iter().map(|e| (e.key, e.value)).collect();
+        Ok(store.set_many(&entries, ttl_ms, now).await?)
+    }
+
     async fn delete(&mut self, bucket: Resource<Bucket>, key: String) -> Result<(), CallError> {
         let store = self.table.get(&bucket)?.store.clone();
         Ok(store.delete(&key).await?)

@@ -7,7 +7,7 @@ use wasmtime::component::{Linker, Resource};
 use wasmtime_wasi::p2::{DynPollable, Pollable, subscribe};
 
 use crate::HasAlk;
-use crate::bindings::alk::store::queue::{self, Message, Payload};
+use crate::bindings::alk::store::queue::{self, AckOutcome, Message, Payload};
 use crate::ctx::{AlkCtxView, AlkView, Clock};
 use crate::error::CallError;
 use crate::store::queue::{self as store, QueueStore};
@@ -33,6 +33,13 @@ pub(crate) fn add_interface_to_linker<T: AlkView + 'static>(
 }
 
 impl queue::Host for AlkCtxView<'_> {}
+
+fn to_store(payload: Payload) -> store::Payload {
+    match payload {
+        Payload::Json(s) => store::Payload::Json(s),
+        Payload::Text(s) => store::Payload::Text(s),
+    }
+}
 
 fn message(d: store::Delivery) -> Message {
     Message {
@@ -74,11 +81,28 @@ impl queue::HostQueue for AlkCtxView<'_> {
     async fn send(&mut self, q: Resource<Queue>, payload: Payload) -> Result<u64, CallError> {
         let now = self.ctx.now();
         let store = self.table.get(&q)?.store.clone();
-        let payload = match payload {
-            Payload::Json(s) => store::Payload::Json(s),
-            Payload::Text(s) => store::Payload::Text(s),
-        };
-        Ok(store.send(&payload, now).await? as u64)
+        Ok(store.send(&to_store(payload), now).await? as u64)
+    }
+
+    async fn send_batch(&mut self, q: Resource<Queue>, payloads: Vec<Payload>) -> Result<Vec<u64>, CallError> {
+        let now = self.ctx.now();
+        let store = self.table.get(&q)?.store.clone();
+        let payloads: Vec<store::Payload> = payloads.into_iter().map(to_store).collect();
+        Ok(store.send_batch(&payloads, now).await?.into_iter().map(|id| id as u64).collect())
+    }
+
+    async fn ack_batch(&mut self, q: Resource<Queue>, receipts: Vec<String>) -> Result<Vec<AckOutcome>, CallError> {
+        let store = self.table.get(&q)?.store.clone();
+        Ok(store
+            .ack_batch(&receipts)
+            .await?
+            .into_iter()
+            .map(|s| match s {
+                store::Settled::Done => AckOutcome::Acked,
+                store::Settled::Gone => AckOutcome::Gone,
+                store::Settled::Stale => AckOutcome::Stale,
+            })
+            .collect())
     }
 
     async fn receive(

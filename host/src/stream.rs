@@ -7,7 +7,7 @@ use wasmtime::component::{Linker, Resource};
 use wasmtime_wasi::p2::{DynPollable, Pollable, subscribe};
 
 use crate::HasAlk;
-use crate::bindings::alk::store::stream::{self, Event};
+use crate::bindings::alk::store::stream::{self, Event, NewEvent};
 use crate::ctx::{AlkCtxView, AlkView};
 use crate::error::CallError;
 use crate::store::names::{check_identifier, check_name};
@@ -92,6 +92,12 @@ impl stream::Host for AlkCtxView<'_> {
     ) -> Result<u64, CallError> {
         let now = self.ctx.now();
         Ok(self.ctx.stream_store().await?.publish(&stream, Some(&key), &payload, now).await?)
+    }
+
+    async fn publish_batch(&mut self, stream: String, events: Vec<NewEvent>) -> Result<Vec<u64>, CallError> {
+        let now = self.ctx.now();
+        let events: Vec<(Option<String>, Vec<u8>)> = events.into_iter().map(|e| (e.key, e.payload)).collect();
+        Ok(self.ctx.stream_store().await?.publish_batch(&stream, &events, now).await?)
     }
 
     async fn read_since(&mut self, stream: String, offset: u64, limit: u32) -> Result<Vec<Event>, CallError> {

@@ -112,6 +112,29 @@ fn main() {
         ok!(b.delete("never-existed"));
         Ok(())
     });
+    c.case("set-many-then-get-many", || {
+        let entries: Vec<Entry> = ["m1", "m2", "m3"]
+            .iter()
+            .map(|k| Entry { key: k.to_string(), value: k.as_bytes().to_vec() })
+            .collect();
+        ok!(b.set_many(&entries, None));
+        let keys: Vec<String> = ["m1", "m2", "missing", "m3"].iter().map(|k| k.to_string()).collect();
+        let got = ok!(b.get_many(&keys));
+        ensure!(got == vec![Some(b"m1".to_vec()), Some(b"m2".to_vec()), None, Some(b"m3".to_vec())], "{got:?}");
+        Ok(())
+    });
+    c.case("set-many-is-all-or-nothing", || {
+        let entries = vec![
+            Entry { key: "all-1".into(), value: b"x".to_vec() },
+            Entry { key: "all-2".into(), value: vec![0u8; 1024 * 1024 + 1] },
+        ];
+        ensure_matches!(b.set_many(&entries, None), Err(Error::PayloadTooLarge(_)));
+        ensure_matches!(b.get("all-1"), Ok(None));
+        let too_many: Vec<Entry> = (0..1001).map(|i| Entry { key: format!("n{i}"), value: vec![] }).collect();
+        ensure_matches!(b.set_many(&too_many, None), Err(Error::InvalidArgument(_)));
+        ensure_matches!(b.get("n0"), Ok(None));
+        Ok(())
+    });
     c.case("handles-share-the-bucket", || {
         let again = ok!(Bucket::open(&name));
         ok!(again.set("shared", b"s", None));

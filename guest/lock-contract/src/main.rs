@@ -128,6 +128,15 @@ fn main() {
         ensure_matches!(lock::try_lock(&name, "bob", 60_000).map(|l| l.is_some()), Ok(true));
         Ok(())
     });
+    c.case("wait-lock-takes-an-expired-lock-and-times-out-on-a-held-one", || {
+        let name = fresh("wait");
+        let held = ok!(lock::try_lock(&name, "alice", 30)).ok_or("not acquired")?;
+        // Held for 30 ms more: a 10 s wait gets it once it expires.
+        let next = ok!(lock::wait_lock(&name, "bob", 60_000, 10_000)).ok_or("wait-lock timed out")?;
+        ensure!(next.token() > held.token());
+        ensure_matches!(lock::wait_lock(&name, "carol", 60_000, 20).map(|l| l.is_some()), Ok(false));
+        Ok(())
+    });
     c.case("zero-or-overflowing-ttl-is-invalid-argument", || {
         let name = fresh("ttl");
         ensure_matches!(lock::try_lock(&name, "alice", 0).map(|_| ()), Err(Error::InvalidArgument(_)));

@@ -10,7 +10,7 @@ import time
 
 from contract import Contract, ensure, raises
 from wit_world import exports
-from wit_world.imports.kv import Bucket
+from wit_world.imports.kv import Bucket, Entry
 from wit_world.imports.types import (
     Error_InvalidArgument,
     Error_InvalidName,
@@ -106,6 +106,17 @@ def contract():
         ensure(b.get("gone") is None)
         b.delete("gone")
         b.delete("never-existed")
+
+    def set_many_then_get_many():
+        b.set_many([Entry(k, k.encode()) for k in ["m1", "m2", "m3"]], None)
+        got = b.get_many(["m1", "m2", "missing", "m3"])
+        ensure(got == [b"m1", b"m2", None, b"m3"], got)
+
+    def set_many_is_all_or_nothing():
+        raises(Error_PayloadTooLarge, b.set_many, [Entry("all-1", b"x"), Entry("all-2", b"\0" * (MIB + 1))], None)
+        ensure(b.get("all-1") is None)
+        raises(Error_InvalidArgument, b.set_many, [Entry(f"n{i}", b"") for i in range(1001)], None)
+        ensure(b.get("n0") is None)
 
     def handles_share_the_bucket():
         again = Bucket.open(name)
@@ -216,6 +227,8 @@ def contract():
         exists_live_absent_expired,
         set_if_absent_takes_over_expired_key,
         delete_removes_and_absent_delete_is_ok,
+        set_many_then_get_many,
+        set_many_is_all_or_nothing,
         handles_share_the_bucket,
         buckets_are_isolated,
         scan_prefix_orders_by_key_and_filters_prefix,

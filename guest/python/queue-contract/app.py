@@ -8,7 +8,7 @@ import time
 
 from contract import Contract, ensure, raises
 from wit_world import exports
-from wit_world.imports.queue import Payload_Json, Payload_Text, Queue
+from wit_world.imports.queue import AckOutcome, Payload_Json, Payload_Text, Queue
 from wit_world.imports.types import (
     Error_InvalidArgument,
     Error_InvalidName,
@@ -145,6 +145,42 @@ def contract():
         ensure(len(again) == 1, "not visible after nack")
         ensure(again[0].attempt == 2, f"attempt {again[0].attempt}")
 
+    def send_batch_and_ack_batch():
+        q = fresh("batches")
+        ids = q.send_batch([text("a"), Payload_Json("[1]"), text("c")])
+        ensure(len(ids) == 3 and ids[0] < ids[1] < ids[2], ids)
+        got = q.receive(2, None)
+        outcomes = q.ack_batch([got[0].receipt, got[1].receipt, "garbage"])
+        ensure(outcomes == [AckOutcome.ACKED, AckOutcome.ACKED, AckOutcome.GONE], outcomes)
+        rest = q.receive(10, None)
+        ensure(len(rest) == 1 and body(rest[0]) == "c")
+
+    def ack_batch_reports_stale_receipts_and_acks_the_rest():
+        q = fresh("batch-stale")
+        q.send_batch([text("x"), text("y")])
+        first = q.receive(1, 40)
+        pause(60)
+        again = q.receive(2, 60_000)
+        ensure(len(again) == 2)
+        outcomes = q.ack_batch([first[0].receipt, again[1].receipt])
+        ensure(outcomes == [AckOutcome.STALE, AckOutcome.ACKED], outcomes)
+        q.ack(again[0].receipt)
+
+    def send_batch_is_all_or_nothing():
+        q = fresh("batch-atomic")
+        raises(Error_InvalidArgument, q.send_batch, [text("ok"), Payload_Json("{")])
+        raises(Error_InvalidArgument, q.send_batch, [text(str(i)) for i in range(1001)])
+        ensure(q.receive(10, None) == [])
+
+    def receive_wait_returns_at_once_when_a_message_is_there():
+        q = fresh("wait-now")
+        q.send(text("x"))
+        ensure(len(q.receive_wait(10, None, 60_000)) == 1)
+
+    def receive_wait_times_out_with_an_empty_list():
+        q = fresh("wait-timeout")
+        ensure(q.receive_wait(10, None, 30) == [])
+
     def purge_removes_visible_and_in_flight():
         q = fresh("purge")
         q.send(text("a"))
@@ -209,6 +245,11 @@ def contract():
         double_ack_is_ok,
         malformed_receipt_is_a_no_op,
         nack_makes_visible_now_and_keeps_attempt,
+        send_batch_and_ack_batch,
+        ack_batch_reports_stale_receipts_and_acks_the_rest,
+        send_batch_is_all_or_nothing,
+        receive_wait_returns_at_once_when_a_message_is_there,
+        receive_wait_times_out_with_an_empty_list,
         purge_removes_visible_and_in_flight,
         payload_over_64kib_is_payload_too_large,
         invalid_json_is_invalid_argument,

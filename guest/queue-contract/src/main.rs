@@ -2,7 +2,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use alk_guest::queue::{Message, Payload, Queue};
+use alk_guest::queue::{AckOutcome, Message, Payload, Queue};
 use alk_guest::{Contract, Error, ensure, ensure_matches, ok};
 
 fn text(m: &Message) -> &str {
@@ -149,6 +149,48 @@ fn main() {
         let again = ok!(q.receive(1, Some(60_000)));
         ensure!(again.len() == 1, "not visible after nack");
         ensure!(again[0].attempt == 2, "attempt {}", again[0].attempt);
+        Ok(())
+    });
+    c.case("send-batch-and-ack-batch", || {
+        let q = fresh("batches");
+        let ids = ok!(q.send_batch(&[Payload::Text("a".into()), Payload::Json("[1]".into()), Payload::Text("c".into())]));
+        ensure!(ids.len() == 3 && ids[0] < ids[1] && ids[1] < ids[2], "{ids:?}");
+        let got = ok!(q.receive(2, None));
+        let receipts = vec![got[0].receipt.clone(), got[1].receipt.clone(), "garbage".to_string()];
+        let outcomes = ok!(q.ack_batch(&receipts));
+        ensure!(outcomes == [AckOutcome::Acked, AckOutcome::Acked, AckOutcome::Gone], "{outcomes:?}");
+        ensure_matches!(q.receive(10, None), Ok(v) if v.len() == 1 && text(&v[0]) == "c");
+        Ok(())
+    });
+    c.case("ack-batch-reports-stale-receipts-and-acks-the-rest", || {
+        let q = fresh("batch-stale");
+        ok!(q.send_batch(&[Payload::Text("x".into()), Payload::Text("y".into())]));
+        let first = ok!(q.receive(1, Some(40)));
+        pause(60);
+        let again = ok!(q.receive(2, Some(60_000)));
+        ensure!(again.len() == 2);
+        let outcomes = ok!(q.ack_batch(&[first[0].receipt.clone(), again[1].receipt.clone()]));
+        ensure!(outcomes == [AckOutcome::Stale, AckOutcome::Acked], "{outcomes:?}");
+        ok!(q.ack(&again[0].receipt));
+        Ok(())
+    });
+    c.case("send-batch-is-all-or-nothing", || {
+        let q = fresh("batch-atomic");
+        ensure_matches!(q.send_batch(&[Payload::Text("ok".into()), Payload::Json("{".into())]), Err(Error::InvalidArgument(_)));
+        let too_many: Vec<Payload> = (0..1001).map(|i| Payload::Text(i.to_string())).collect();
+        ensure_matches!(q.send_batch(&too_many), Err(Error::InvalidArgument(_)));
+        ensure_matches!(q.receive(10, None), Ok(v) if v.is_empty());
+        Ok(())
+    });
+    c.case("receive-wait-returns-at-once-when-a-message-is-there", || {
+        let q = fresh("wait-now");
+        ok!(q.send(&Payload::Text("x".into())));
+        ensure_matches!(q.receive_wait(10, None, 60_000), Ok(v) if v.len() == 1);
+        Ok(())
+    });
+    c.case("receive-wait-times-out-with-an-empty-list", || {
+        let q = fresh("wait-timeout");
+        ensure_matches!(q.receive_wait(10, None, 30), Ok(v) if v.is_empty());
         Ok(())
     });
     c.case("purge-removes-visible-and-in-flight", || {

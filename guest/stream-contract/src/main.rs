@@ -2,7 +2,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use alk_guest::stream::{self, Event, Transaction};
+use alk_guest::stream::{self, Event, NewEvent, Transaction};
 use alk_guest::{Contract, Error, ensure, ensure_matches, ok};
 
 fn offsets(events: &[Event]) -> Vec<u64> {
@@ -68,6 +68,25 @@ fn main() {
         ensure!(keys == [Some("user-1"), None, Some("user-2"), Some("user-1")], "{keys:?}");
         let user1: Vec<u64> = events.iter().filter(|e| e.key.as_deref() == Some("user-1")).map(|e| e.offset).collect();
         ensure!(user1 == [1, 4]);
+        Ok(())
+    });
+    c.case("publish-batch-assigns-consecutive-offsets-all-or-nothing", || {
+        let s = fresh("batch");
+        ok!(stream::publish(&s, b"first"));
+        let events = vec![
+            NewEvent { key: None, payload: b"a".to_vec() },
+            NewEvent { key: Some("k".into()), payload: b"b".to_vec() },
+        ];
+        ensure_matches!(stream::publish_batch(&s, &events), Ok(v) if v == [2, 3]);
+        let bad = vec![NewEvent { key: None, payload: b"c".to_vec() }, NewEvent { key: Some(String::new()), payload: b"d".to_vec() }];
+        ensure_matches!(stream::publish_batch(&s, &bad), Err(Error::InvalidArgument(_)));
+        let read = ok!(stream::read_since(&s, 0, 10));
+        ensure!(offsets(&read) == [1, 2, 3] && read[2].key.as_deref() == Some("k"));
+        Ok(())
+    });
+    c.case("next-wait-times-out-with-an-empty-list", || {
+        let sub = ok!(stream::subscribe(&fresh("wait"), "c"));
+        ensure_matches!(sub.next_wait(10, 30), Ok(v) if v.is_empty());
         Ok(())
     });
     c.case("empty-key-is-invalid-argument", || {

@@ -11,7 +11,7 @@ use turso::{Connection, Value};
 
 use super::names::check_name;
 use super::open::{Format, Store, open_store};
-use super::retry::{Failure, RetryPolicy};
+use super::retry::{Failure, RetryPolicy, exec, query};
 use crate::error::{AlkError, AlkResult};
 
 /// The DDL of `localkv.v1`, run (idempotently) on every open.
@@ -191,10 +191,61 @@ impl KvStore {
                         return Ok(None);
                     };
                     if expired(expires_at, now) {
-                        conn.execute(DELETE_EXPIRED, (key, now)).await?;
+                        exec(&conn, DELETE_EXPIRED, (key, now)).await?;
                         return Ok(None);
                     }
                     Ok(Some(value))
+                })
+            })
+            .await
+    }
+
+    /// The values of `keys` at `now`, in order; expired keys found are
+    /// deleted.
+    pub async fn get_many(&self, keys: &[String], now: i64) -> AlkResult<Vec<Option<Vec<u8>>>> {
+        super::check_batch("keys", keys.len())?;
+        for key in keys {
+            self.check_key(key)?;
+        }
+        self.store
+            .run(|conn: Connection| {
+                Box::pin(async move {
+                    let mut out = Vec::with_capacity(keys.len());
+                    let mut expired_keys = Vec::new();
+                    for key in keys {
+                        match select(&conn, key).await? {
+                            Some((_, expires_at)) if expired(expires_at, now) => {
+                                expired_keys.push(key.as_str());
+                                out.push(None);
+                            }
+                            Some((value, _)) => out.push(Some(value)),
+                            None => out.push(None),
+                        }
+                    }
+                    for key in expired_keys {
+                        exec(&conn, DELETE_EXPIRED, (key, now)).await?;
+                    }
+                    Ok(out)
+                })
+            })
+            .await
+    }
+
+    /// Stores every entry with the same TTL, in one transaction.
+    pub async fn set_many(&self, entries: &[(String, Vec<u8>)], ttl_ms: Option<u64>, now: i64) -> AlkResult<()> {
+        super::check_batch("entries", entries.len())?;
+        for (key, value) in entries {
+            self.check_key(key)?;
+            self.check_value(value)?;
+        }
+        let expires_at = Self::expiry(ttl_ms, now)?;
+        self.store
+            .run_immediate(|conn: Connection| {
+                Box::pin(async move {
+                    for (key, value) in entries {
+                        exec(&conn, PUT, (key.as_str(), value.clone(), expires_at)).await?;
+                    }
+                    Ok(())
                 })
             })
             .await
@@ -219,7 +270,7 @@ impl KvStore {
         self.store
             .run(|conn: Connection| {
                 Box::pin(async move {
-                    conn.execute(PUT, (key, value.to_vec(), expires_at)).await?;
+                    exec(&conn, PUT, (key, value.to_vec(), expires_at)).await?;
                     Ok(())
                 })
             })
@@ -256,7 +307,7 @@ impl KvStore {
         self.store
             .run(|conn: Connection| {
                 Box::pin(async move {
-                    conn.execute(DELETE, (key,)).await?;
+                    exec(&conn, DELETE, (key,)).await?;
                     Ok(())
                 })
             })
@@ -296,7 +347,7 @@ impl KvStore {
         self.store
             .run(|conn: Connection| {
                 Box::pin(async move {
-                    let mut rows = conn.query(SCAN, (prefix,)).await?;
+                    let mut rows = query(&conn, SCAN, (prefix,)).await?;
                     let mut skipped = 0u64;
                     let mut entries = Vec::new();
                     let mut more = false;
@@ -334,7 +385,7 @@ impl KvStore {
 }
 
 async fn select(conn: &Connection, key: &str) -> Result<Option<(Vec<u8>, Option<i64>)>, Failure> {
-    let mut rows = conn.query(SELECT, (key,)).await?;
+    let mut rows = query(&conn, SELECT, (key,)).await?;
     let mut found = None;
     // Drain: an unfinished statement keeps its read snapshot open.
     while let Some(row) = rows.next().await? {

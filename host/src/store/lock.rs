@@ -12,7 +12,7 @@ use turso::Connection;
 
 use super::names::check_name;
 use super::open::{Format, Store, open_store};
-use super::retry::RetryPolicy;
+use super::retry::{RetryPolicy, exec, query};
 use super::wake::{Check, Wakes};
 use crate::error::{AlkError, AlkResult};
 
@@ -140,7 +140,7 @@ impl LockStore {
             .store
             .run(|conn: Connection| {
                 Box::pin(async move {
-                    let mut rows = conn.query(ACQUIRE, (name, owner, now, expires_at)).await?;
+                    let mut rows = query(&conn, ACQUIRE, (name, owner, now, expires_at)).await?;
                     let mut token = None;
                     while let Some(row) = rows.next().await? {
                         token = Some(row.get::<i64>(0)? as u64);
@@ -160,7 +160,7 @@ impl LockStore {
         let (name, owner) = (lock.name.as_str(), lock.owner.as_str());
         self.store
             .run(|conn: Connection| {
-                Box::pin(async move { Ok(conn.execute(RENEW, (name, owner, token, expires_at, now)).await? == 1) })
+                Box::pin(async move { Ok(exec(&conn, RENEW, (name, owner, token, expires_at, now)).await? == 1) })
             })
             .await
     }
@@ -173,7 +173,7 @@ impl LockStore {
         let released = self
             .store
             .run(|conn: Connection| {
-                Box::pin(async move { Ok(conn.execute(RELEASE, (name, owner, token, now)).await? == 1) })
+                Box::pin(async move { Ok(exec(&conn, RELEASE, (name, owner, token, now)).await? == 1) })
             })
             .await?;
         if released {
@@ -218,7 +218,7 @@ impl LockStore {
         self.store
             .run(|conn: Connection| {
                 Box::pin(async move {
-                    let mut rows = conn.query(HOLDER, (name, now)).await?;
+                    let mut rows = query(&conn, HOLDER, (name, now)).await?;
                     let mut found = None;
                     while let Some(row) = rows.next().await? {
                         found = Some(Holder {

@@ -14,4 +14,18 @@ pub mod stream;
 pub mod wake;
 
 pub use open::{Format, Store, open_store};
+
+/// The most items one batch call takes; more is an `invalid-argument`
+/// error, so one call cannot hold the write lock for unbounded time.
+pub const MAX_BATCH: usize = 1000;
+
+/// Refuses a batch over [`MAX_BATCH`] items.
+pub(crate) fn check_batch(what: &str, len: usize) -> crate::AlkResult<()> {
+    if len > MAX_BATCH {
+        return Err(crate::AlkError::InvalidArgument(format!(
+            "{len} {what} in one batch; the limit is {MAX_BATCH}"
+        )));
+    }
+    Ok(())
+}
 pub use retry::RetryPolicy;

@@ -12,7 +12,7 @@ use turso::{Connection, Value};
 
 use super::names::check_name;
 use super::open::{Format, Store, open_store};
-use super::retry::{Failure, RetryPolicy};
+use super::retry::{Failure, RetryPolicy, exec, query};
 use super::wake::{Check, Wakes};
 use crate::error::{AlkError, AlkResult};
 
@@ -121,10 +121,53 @@ fn parse_receipt(receipt: &str) -> Option<(i64, String)> {
 }
 
 /// How an ack or nack found the message.
-enum Settled {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    /// Acknowledged (or given back) now.
     Done,
+    /// Already gone, or never issued.
     Gone,
+    /// Stale: the message was delivered again since.
     Stale,
+}
+
+/// Runs `sql` (ACK or NACK) for one parsed receipt and tells what it found.
+async fn settle_on(conn: &Connection, sql: &str, id: i64, uuid: &str, now: i64) -> Result<Settled, Failure> {
+    let changed = if sql == NACK {
+        exec(conn, sql, (id, uuid, now)).await?
+    } else {
+        exec(conn, sql, (id, uuid)).await?
+    };
+    if changed == 1 {
+        return Ok(Settled::Done);
+    }
+    let mut rows = query(conn, EXISTS, (id,)).await?;
+    let mut exists = false;
+    while rows.next().await?.is_some() {
+        exists = true;
+    }
+    Ok(if exists { Settled::Stale } else { Settled::Gone })
+}
+
+/// Checks and stores the text of a payload.
+fn payload_parts(payload: &Payload) -> AlkResult<(&'static str, &str)> {
+    let (kind, data) = match payload {
+        Payload::Json(text) => ("json", text.as_str()),
+        Payload::Text(text) => ("text", text.as_str()),
+    };
+    if data.len() > MAX_PAYLOAD_BYTES {
+        return Err(AlkError::PayloadTooLarge {
+            what: "payload",
+            size: data.len() as u64,
+            limit: MAX_PAYLOAD_BYTES as u64,
+        });
+    }
+    if kind == "json"
+        && let Err(e) = serde_json::from_str::<serde_json::Value>(data)
+    {
+        return Err(AlkError::InvalidArgument(format!("payload is not valid JSON: {e}")));
+    }
+    Ok((kind, data))
 }
 
 impl QueueStore {
@@ -142,27 +185,12 @@ impl QueueStore {
 
     /// Appends a message at time `now`; returns its id.
     pub async fn send(&self, payload: &Payload, now: i64) -> AlkResult<i64> {
-        let (kind, data) = match payload {
-            Payload::Json(text) => ("json", text),
-            Payload::Text(text) => ("text", text),
-        };
-        if data.len() > MAX_PAYLOAD_BYTES {
-            return Err(AlkError::PayloadTooLarge {
-                what: "payload",
-                size: data.len() as u64,
-                limit: MAX_PAYLOAD_BYTES as u64,
-            });
-        }
-        if kind == "json"
-            && let Err(e) = serde_json::from_str::<serde_json::Value>(data)
-        {
-            return Err(AlkError::InvalidArgument(format!("payload is not valid JSON: {e}")));
-        }
+        let (kind, data) = payload_parts(payload)?;
         let id = self
             .store
             .run(|conn: Connection| {
                 Box::pin(async move {
-                    conn.execute(SEND, (kind, data.as_str(), now)).await?;
+                    exec(&conn, SEND, (kind, data, now)).await?;
                     Ok(conn.last_insert_rowid())
                 })
             })
@@ -171,12 +199,57 @@ impl QueueStore {
         Ok(id)
     }
 
+    /// Appends every payload at time `now` in one transaction; their ids.
+    pub async fn send_batch(&self, payloads: &[Payload], now: i64) -> AlkResult<Vec<i64>> {
+        super::check_batch("payloads", payloads.len())?;
+        let parts = payloads.iter().map(payload_parts).collect::<AlkResult<Vec<_>>>()?;
+        let parts = &parts;
+        let ids = self
+            .store
+            .run_immediate(|conn: Connection| {
+                Box::pin(async move {
+                    let mut ids = Vec::with_capacity(parts.len());
+                    for (kind, data) in parts {
+                        exec(&conn, SEND, (*kind, *data, now)).await?;
+                        ids.push(conn.last_insert_rowid());
+                    }
+                    Ok(ids)
+                })
+            })
+            .await?;
+        if !ids.is_empty() {
+            self.wakes.signal(&self.topic);
+        }
+        Ok(ids)
+    }
+
+    /// Acknowledges every receipt in one transaction; what each found.
+    pub async fn ack_batch(&self, receipts: &[String]) -> AlkResult<Vec<Settled>> {
+        super::check_batch("receipts", receipts.len())?;
+        let parsed: Vec<Option<(i64, String)>> = receipts.iter().map(|r| parse_receipt(r)).collect();
+        let parsed = &parsed;
+        self.store
+            .run_immediate(|conn: Connection| {
+                Box::pin(async move {
+                    let mut out = Vec::with_capacity(parsed.len());
+                    for receipt in parsed {
+                        out.push(match receipt {
+                            Some((id, uuid)) => settle_on(&conn, ACK, *id, uuid, 0).await?,
+                            None => Settled::Gone,
+                        });
+                    }
+                    Ok(out)
+                })
+            })
+            .await
+    }
+
     /// When the next message is due, if there is any message.
     pub async fn next_visible(&self) -> AlkResult<Option<i64>> {
         self.store
             .run(|conn: Connection| {
                 Box::pin(async move {
-                    let mut rows = conn.query(NEXT_VISIBLE, ()).await?;
+                    let mut rows = query(&conn, NEXT_VISIBLE, ()).await?;
                     let mut at = None;
                     while let Some(row) = rows.next().await? {
                         at = Some(row.get::<i64>(0)?);
@@ -250,7 +323,7 @@ impl QueueStore {
             .run_immediate(|conn: Connection| {
                 Box::pin(async move {
                     let mut ids = Vec::new();
-                    let mut rows = conn.query(SELECT_DUE, (now, max)).await?;
+                    let mut rows = query(&conn, SELECT_DUE, (now, max)).await?;
                     while let Some(row) = rows.next().await? {
                         ids.push(row.get::<i64>(0)?);
                     }
@@ -258,7 +331,7 @@ impl QueueStore {
                     let mut out = Vec::with_capacity(ids.len());
                     for id in ids {
                         let uuid = uuid::Uuid::new_v4().hyphenated().to_string();
-                        let mut rows = conn.query(CLAIM, (visible_at, uuid.as_str(), id)).await?;
+                        let mut rows = query(&conn, CLAIM, (visible_at, uuid.as_str(), id)).await?;
                         let mut claimed = None;
                         // Drain: a live RETURNING statement makes the next
                         // write on this connection fail with Busy.
@@ -301,24 +374,7 @@ impl QueueStore {
         let uuid = uuid.as_str();
         let outcome = self
             .store
-            .run_immediate(|conn: Connection| {
-                Box::pin(async move {
-                    let changed = if sql == NACK {
-                        conn.execute(sql, (id, uuid, now)).await?
-                    } else {
-                        conn.execute(sql, (id, uuid)).await?
-                    };
-                    if changed == 1 {
-                        return Ok(Settled::Done);
-                    }
-                    let mut rows = conn.query(EXISTS, (id,)).await?;
-                    let mut exists = false;
-                    while rows.next().await?.is_some() {
-                        exists = true;
-                    }
-                    Ok(if exists { Settled::Stale } else { Settled::Gone })
-                })
-            })
+            .run_immediate(|conn: Connection| Box::pin(async move { settle_on(&conn, sql, id, uuid, now).await }))
             .await?;
         match outcome {
             Settled::Done | Settled::Gone => Ok(()),
@@ -345,7 +401,7 @@ impl QueueStore {
         self.store
             .run(|conn: Connection| {
                 Box::pin(async move {
-                    conn.execute(PURGE, ()).await?;
+                    exec(&conn, PURGE, ()).await?;
                     Ok(())
                 })
             })

@@ -138,3 +138,23 @@ impl Store {
         .await
     }
 }
+
+/// Runs one of the store's own statements, prepared once per connection
+/// and reused (preparing costs about as much as running a point query).
+pub(crate) async fn exec(
+    conn: &Connection,
+    sql: &str,
+    params: impl turso::IntoParams,
+) -> Result<u64, turso::Error> {
+    conn.prepare_cached(sql).await?.execute(params).await
+}
+
+/// Queries with one of the store's own statements, prepared once per
+/// connection and reused. The caller drains the rows or drops them.
+pub(crate) async fn query(
+    conn: &Connection,
+    sql: &str,
+    params: impl turso::IntoParams,
+) -> Result<turso::Rows, turso::Error> {
+    conn.prepare_cached(sql).await?.query(params).await
+}

@@ -14,7 +14,7 @@ use turso::{Connection, Value};
 
 use super::names::{check_identifier, check_name};
 use super::open::{Format, Store, open_store};
-use super::retry::{Failure, RetryPolicy};
+use super::retry::{Failure, RetryPolicy, exec, query};
 use super::wake::{Check, Wakes};
 use crate::error::{AlkError, AlkResult};
 
@@ -189,6 +189,32 @@ impl StreamStore {
         Ok(offset)
     }
 
+    /// Appends every `(key, payload)` to `stream` in one transaction; their
+    /// offsets.
+    pub async fn publish_batch(&self, stream: &str, events: &[(Option<String>, Vec<u8>)], now: i64) -> AlkResult<Vec<u64>> {
+        super::check_batch("events", events.len())?;
+        for (key, payload) in events {
+            self.check_publish(stream, key.as_deref(), payload)?;
+        }
+        check_name("stream", stream)?;
+        let offsets = self
+            .store
+            .run_immediate(|conn: Connection| {
+                Box::pin(async move {
+                    let mut offsets = Vec::with_capacity(events.len());
+                    for (key, payload) in events {
+                        offsets.push(publish_on(&conn, stream, key.as_deref(), payload, now).await?);
+                    }
+                    Ok(offsets)
+                })
+            })
+            .await?;
+        if !offsets.is_empty() {
+            self.wakes.signal(&topic(stream));
+        }
+        Ok(offsets)
+    }
+
     /// Like [`StreamStore::read_since`], but waits (without holding
     /// anything open) until there is at least one event after `offset`, or
     /// `deadline`; `None` means there is still nothing. With `limit` 0 it
@@ -223,7 +249,7 @@ impl StreamStore {
         self.store
             .run(|conn: Connection| {
                 Box::pin(async move {
-                    let mut rows = conn.query(READ_SINCE, (stream, offset, limit)).await?;
+                    let mut rows = query(&conn, READ_SINCE, (stream, offset, limit)).await?;
                     let mut events = Vec::new();
                     let mut bytes = 0usize;
                     while let Some(row) = rows.next().await? {
@@ -269,7 +295,7 @@ impl StreamStore {
         self.store
             .run(|conn: Connection| {
                 Box::pin(async move {
-                    let mut rows = conn.query(GET_OFFSET, (stream, consumer)).await?;
+                    let mut rows = query(&conn, GET_OFFSET, (stream, consumer)).await?;
                     let mut found = None;
                     while let Some(row) = rows.next().await? {
                         found = Some(row.get::<i64>(0)? as u64);
@@ -286,7 +312,7 @@ impl StreamStore {
         check_name("stream", stream)?;
         let horizon = to_i64("horizon", horizon)?;
         self.store
-            .run(|conn: Connection| Box::pin(async move { Ok(conn.execute(TRIM, (stream, horizon)).await?) }))
+            .run(|conn: Connection| Box::pin(async move { Ok(exec(&conn, TRIM, (stream, horizon)).await?) }))
             .await
     }
 
@@ -313,7 +339,7 @@ async fn publish_on(
     payload: &[u8],
     now: i64,
 ) -> Result<u64, Failure> {
-    let mut rows = conn.query(NEXT_OFFSET, (stream,)).await?;
+    let mut rows = query(&conn, NEXT_OFFSET, (stream,)).await?;
     let mut offset = None;
     // Drain: a live RETURNING statement blocks the next write.
     while let Some(row) = rows.next().await? {
@@ -321,12 +347,12 @@ async fn publish_on(
     }
     drop(rows);
     let offset = offset.ok_or_else(|| Failure::Alk(AlkError::Internal("no offset was assigned".into())))?;
-    conn.execute(APPEND, (stream, offset, key, payload.to_vec(), now)).await?;
+    exec(&conn, APPEND, (stream, offset, key, payload.to_vec(), now)).await?;
     Ok(offset as u64)
 }
 
 async fn save_offset_on(conn: &Connection, stream: &str, consumer: &str, offset: i64) -> Result<(), Failure> {
-    let mut rows = conn.query(LAST_OFFSET, (stream,)).await?;
+    let mut rows = query(&conn, LAST_OFFSET, (stream,)).await?;
     let mut last = 0i64;
     while let Some(row) = rows.next().await? {
         last = row.get::<i64>(0)?;
@@ -337,7 +363,7 @@ async fn save_offset_on(conn: &Connection, stream: &str, consumer: &str, offset:
             "offset {offset} is beyond the last offset {last} of stream {stream:?}"
         ))));
     }
-    conn.execute(SAVE_OFFSET, (stream, consumer, offset)).await?;
+    exec(&conn, SAVE_OFFSET, (stream, consumer, offset)).await?;
     Ok(())
 }
 

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 
 use wasmtime::component::ResourceTable;
 
-use crate::store::RetryPolicy;
+use crate::store::{Durability, RetryPolicy, StoreOptions};
 use crate::store::kv::KvLimits;
 use crate::store::lock::LockStore;
 use crate::store::stream::{StreamLimits, StreamStore};
@@ -79,6 +79,7 @@ pub struct AlkCtx {
     pub(crate) limits: Limits,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) retry: RetryPolicy,
+    pub(crate) durability: Durability,
     /// The stream store, opened on first use.
     pub(crate) streams: Arc<tokio::sync::OnceCell<StreamStore>>,
     /// The lock store, opened on first use.
@@ -112,6 +113,11 @@ impl AlkCtx {
         self.clock.now_ms()
     }
 
+    /// How this context's stores are opened.
+    pub(crate) fn store_options(&self) -> StoreOptions {
+        StoreOptions { retry: self.retry, durability: self.durability }
+    }
+
     /// This context's clock.
     pub(crate) fn clock(&self) -> Arc<dyn Clock> {
         self.clock.clone()
@@ -120,7 +126,7 @@ impl AlkCtx {
     /// The stream store of the data directory, opened on first use.
     pub(crate) async fn stream_store(&self) -> crate::AlkResult<StreamStore> {
         self.streams
-            .get_or_try_init(|| StreamStore::open(&self.data_dir, self.limits.stream, self.retry))
+            .get_or_try_init(|| StreamStore::open(&self.data_dir, self.limits.stream, self.store_options()))
             .await
             .cloned()
     }
@@ -128,7 +134,7 @@ impl AlkCtx {
     /// The lock store of the data directory, opened on first use.
     pub(crate) async fn lock_store(&self) -> crate::AlkResult<LockStore> {
         self.locks
-            .get_or_try_init(|| LockStore::open(&self.data_dir, self.retry))
+            .get_or_try_init(|| LockStore::open(&self.data_dir, self.store_options()))
             .await
             .cloned()
     }
@@ -141,6 +147,7 @@ pub struct AlkCtxBuilder {
     limits: Limits,
     clock: Arc<dyn Clock>,
     retry: RetryPolicy,
+    durability: Durability,
 }
 
 impl Default for AlkCtxBuilder {
@@ -150,6 +157,7 @@ impl Default for AlkCtxBuilder {
             limits: Limits::default(),
             clock: Arc::new(SystemClock),
             retry: RetryPolicy::default(),
+            durability: Durability::default(),
         }
     }
 }
@@ -175,6 +183,11 @@ impl AlkCtxBuilder {
         self.retry = retry;
         self
     }
+    /// When commits count as done; [`Durability::Full`] by default.
+    pub fn durability(mut self, durability: Durability) -> Self {
+        self.durability = durability;
+        self
+    }
     /// The context.
     pub fn build(self) -> AlkCtx {
         AlkCtx {
@@ -182,6 +195,7 @@ impl AlkCtxBuilder {
             limits: self.limits,
             clock: self.clock,
             retry: self.retry,
+            durability: self.durability,
             streams: Default::default(),
             locks: Default::default(),
         }

@@ -37,7 +37,7 @@ impl kv::HostBucket for AlkCtxView<'_> {
             &self.ctx.data_dir,
             &name,
             self.ctx.limits.kv,
-            self.ctx.retry,
+            self.ctx.store_options(),
         )
         .await?;
         Ok(self.table.push(Bucket { name, store })?)

@@ -81,6 +81,7 @@ pub use ctx::{
     AlkCtx, AlkCtxBuilder, AlkCtxView, AlkView, Clock, Limits, ManualClock, SystemClock,
 };
 pub use error::{AlkError, AlkResult, CallError};
+pub use store::{Durability, RetryPolicy};
 pub use run::{RunOptions, RunOutcome, RunState, RunStatus, Runner};
 
 use bindings::alk::store::types;

@@ -70,7 +70,7 @@ impl Pollable for QueueReady {
 
 impl queue::HostQueue for AlkCtxView<'_> {
     async fn open(&mut self, name: String) -> Result<Resource<Queue>, CallError> {
-        let store = QueueStore::open(&self.ctx.data_dir, &name, self.ctx.retry).await?;
+        let store = QueueStore::open(&self.ctx.data_dir, &name, self.ctx.store_options()).await?;
         Ok(self.table.push(Queue { name, store })?)
     }
 

@@ -101,9 +101,24 @@ pub struct Runner {
 }
 
 impl Runner {
-    /// A runner with the default engine configuration.
+    /// A runner with the default engine configuration, compiling every
+    /// component it loads.
     pub fn new() -> wasmtime::Result<Self> {
+        Self::with_cache(None)
+    }
+
+    /// A runner that keeps compiled components in `cache_dir` (when
+    /// given), so a component is compiled once and later loads, in any
+    /// process, only read the result. Entries are content-addressed (by
+    /// the component's bytes and the engine's configuration) and written
+    /// atomically, so processes can share the directory.
+    pub fn with_cache(cache_dir: Option<&Path>) -> wasmtime::Result<Self> {
         let mut config = Config::new();
+        if let Some(dir) = cache_dir {
+            let mut cache = wasmtime::CacheConfig::new();
+            cache.with_directory(dir);
+            config.cache(Some(wasmtime::Cache::new(cache)?));
+        }
         config.epoch_interruption(true);
         let engine = Engine::new(&config)?;
         let mut linker = Linker::new(&engine);

@@ -32,7 +32,12 @@ pub fn guest(name: &str) -> PathBuf {
 /// One runner and one compiled copy of each guest per test binary.
 pub fn runner() -> &'static Runner {
     static RUNNER: OnceLock<Runner> = OnceLock::new();
-    RUNNER.get_or_init(|| Runner::new().expect("runner"))
+    RUNNER.get_or_init(|| Runner::with_cache(Some(&cache_dir())).expect("runner"))
+}
+
+/// The compilation cache the tests share (the Python guests compile once).
+pub fn cache_dir() -> PathBuf {
+    root().join("target/test-cache")
 }
 
 /// A compiled guest, cached across tests.
@@ -85,7 +90,9 @@ pub fn ctx_with_clock(dir: &Path, clock: Arc<dyn alk_host::Clock>) -> AlkCtx {
 
 /// The `alk-host` binary.
 pub fn alk_host() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_alk-host"))
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_alk-host"));
+    cmd.env("ALK_CACHE_DIR", cache_dir());
+    cmd
 }
 
 /// Runs `alk-host run <guest> --data-dir <dir> [extra…] -- <args…>`.

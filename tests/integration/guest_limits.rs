@@ -176,3 +176,60 @@ fn help_documents_every_flag() {
         assert!(help.contains(flag), "{flag} missing from:\n{help}");
     }
 }
+
+#[test]
+fn compile_fills_the_cache_that_run_then_uses() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let out = alk_host().arg("compile").arg(guest("hello")).arg("--cache-dir").arg(&cache).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let entries = |d: &std::path::Path| walk(d).len();
+    let after_compile = entries(&cache);
+    assert!(after_compile > 0, "compile left the cache empty");
+    // A run finds the entry: nothing new is compiled.
+    let out = alk_host()
+        .args(["run", "--cache-dir"])
+        .arg(&cache)
+        .arg(guest("hello"))
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(entries(&cache), after_compile);
+    // Without a cache it still runs, and writes nothing there.
+    let out = alk_host()
+        .args(["run", "--no-cache"])
+        .arg(guest("kv-tool"))
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .args(["--", "get", "b", "k"])
+        .output()
+        .unwrap();
+    assert_eq!(text(&out.stdout), "(absent)\n");
+    assert_eq!(entries(&cache), after_compile);
+}
+
+#[test]
+fn relaxed_durability_keeps_the_contract() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_cli("kv-contract", dir.path(), &["--durability", "relaxed"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stdout));
+    let out = run_cli("queue-contract", dir.path(), &["--durability", "relaxed"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stdout));
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                out.extend(walk(&p));
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
+}

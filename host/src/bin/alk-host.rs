@@ -11,5 +11,6 @@ fn main() -> ExitCode {
     let args = cli::Cli::parse();
     match args.command {
         cli::Command::Run(run) => run.execute(),
+        cli::Command::Compile(compile) => compile.execute(),
     }
 }

@@ -2,10 +2,12 @@
 
 mod run;
 
-pub use run::RunCommand;
+use std::path::PathBuf;
+
+pub use run::{CompileCommand, RunCommand};
 
 /// A WebAssembly component host with durable, shared key-value storage,
-/// queues, streams and locks for its guests.
+/// queues, streams, locks and notifications for its guests.
 #[derive(Debug, clap::Parser)]
 #[command(name = "alk-host", version, about, long_about = None)]
 pub struct Cli {
@@ -18,4 +20,34 @@ pub struct Cli {
 pub enum Command {
     /// Run a WebAssembly command component (one that exports `wasi:cli/run`).
     Run(RunCommand),
+    /// Compile a component ahead of time into the compilation cache, so
+    /// later `run`s (in any process) start without compiling.
+    Compile(CompileCommand),
+}
+
+/// Where compiled components are kept.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CacheArgs {
+    /// Directory of compiled components [default: $ALK_CACHE_DIR, else
+    /// $XDG_CACHE_HOME/alk, else ~/.cache/alk].
+    #[arg(long, value_name = "DIR")]
+    cache_dir: Option<PathBuf>,
+
+    /// Compile the component on every start instead of using the cache.
+    #[arg(long, conflicts_with = "cache_dir")]
+    no_cache: bool,
+}
+
+impl CacheArgs {
+    /// The cache directory in force, if any.
+    pub fn dir(&self) -> Option<PathBuf> {
+        if self.no_cache {
+            return None;
+        }
+        self.cache_dir
+            .clone()
+            .or_else(|| std::env::var_os("ALK_CACHE_DIR").map(PathBuf::from))
+            .or_else(|| std::env::var_os("XDG_CACHE_HOME").map(|d| PathBuf::from(d).join("alk")))
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/alk")))
+    }
 }

@@ -11,7 +11,7 @@ use turso::{Connection, Value};
 
 use super::names::check_name;
 use super::open::{Format, Store, open_store};
-use super::retry::{Failure, RetryPolicy, exec, query};
+use super::retry::{Failure, exec, query};
 use crate::error::{AlkError, AlkResult};
 
 /// The DDL of `localkv.v1`, run (idempotently) on every open.
@@ -120,7 +120,7 @@ impl KvStore {
         data_dir: &Path,
         bucket: &str,
         limits: KvLimits,
-        policy: RetryPolicy,
+        policy: impl Into<super::StoreOptions>,
     ) -> AlkResult<Self> {
         check_name("bucket", bucket)?;
         let store = open_store(&bucket_path(data_dir, bucket), &FORMAT, policy).await?;
@@ -397,6 +397,7 @@ async fn select(conn: &Connection, key: &str) -> Result<Option<(Vec<u8>, Option<
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::RetryPolicy;
 
     const DOC: &str = include_str!("../../../docs/formats/localkv.v1.md");
 

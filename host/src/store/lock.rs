@@ -12,7 +12,7 @@ use turso::Connection;
 
 use super::names::check_name;
 use super::open::{Format, Store, open_store};
-use super::retry::{RetryPolicy, exec, query};
+use super::retry::{exec, query};
 use super::wake::{Check, Wakes};
 use crate::error::{AlkError, AlkResult};
 
@@ -120,7 +120,7 @@ fn deadline(ttl_ms: u64, now: i64) -> AlkResult<i64> {
 
 impl LockStore {
     /// Opens (creating on first use) the lock store under `data_dir`.
-    pub async fn open(data_dir: &Path, policy: RetryPolicy) -> AlkResult<Self> {
+    pub async fn open(data_dir: &Path, policy: impl Into<super::StoreOptions>) -> AlkResult<Self> {
         let store = open_store(&lock_path(data_dir), &FORMAT, policy).await?;
         Ok(LockStore { store, wakes: Wakes::for_data_dir(data_dir) })
     }
@@ -237,6 +237,7 @@ impl LockStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::RetryPolicy;
 
     const DOC: &str = include_str!("../../../docs/formats/locallock.v1.md");
 

@@ -13,7 +13,7 @@ pub mod retry;
 pub mod stream;
 pub mod wake;
 
-pub use open::{Format, Store, open_store};
+pub use open::{Durability, Format, Store, StoreOptions, open_store};
 
 /// The most items one batch call takes; more is an `invalid-argument`
 /// error, so one call cannot hold the write lock for unbounded time.

@@ -15,6 +15,36 @@ use std::sync::{Arc, LazyLock};
 use turso::{Builder, Connection, Database};
 
 use super::retry::{OpFuture, RetryPolicy};
+
+/// When a commit counts as done.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Durability {
+    /// Every commit is synced to disk before it returns (`synchronous =
+    /// FULL`): nothing acknowledged is lost, even on power failure.
+    #[default]
+    Full,
+    /// Commits return once written to the operating system (`synchronous =
+    /// NORMAL`): nothing is lost when a process crashes or is killed, but
+    /// the last commits before a power failure or kernel crash may be. The
+    /// store stays consistent either way. Several times faster for small
+    /// writes.
+    Relaxed,
+}
+
+/// How stores are opened and operated.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreOptions {
+    /// Retrying contention.
+    pub retry: RetryPolicy,
+    /// When commits count as done.
+    pub durability: Durability,
+}
+
+impl From<RetryPolicy> for StoreOptions {
+    fn from(retry: RetryPolicy) -> Self {
+        StoreOptions { retry, durability: Durability::default() }
+    }
+}
 use crate::error::{AlkError, AlkResult};
 
 /// An on-disk format: the marker stored in `meta` and the DDL that creates
@@ -40,6 +70,7 @@ pub struct Store {
     db: Arc<Handle>,
     path: Arc<PathBuf>,
     policy: RetryPolicy,
+    durability: Durability,
 }
 
 impl std::fmt::Debug for Store {
@@ -63,7 +94,9 @@ impl std::fmt::Debug for Store {
 /// goes back.
 struct Handle {
     db: Database,
-    idle: std::sync::Mutex<Vec<Connection>>,
+    /// Idle connections, one pool per durability (a connection's
+    /// `synchronous` setting is fixed when it is made).
+    idle: [std::sync::Mutex<Vec<Connection>>; 2],
 }
 
 /// Most idle connections kept per store file.
@@ -80,8 +113,9 @@ static DATABASES: LazyLock<tokio::sync::Mutex<HashMap<PathBuf, Arc<Handle>>>> =
 pub async fn open_store(
     path: &Path,
     format: &'static Format,
-    policy: RetryPolicy,
+    opts: impl Into<StoreOptions>,
 ) -> AlkResult<Store> {
+    let StoreOptions { retry: policy, durability } = opts.into();
     let setup_err = |found: Option<String>, message: String| AlkError::StoreSetup {
         path: path.to_path_buf(),
         found,
@@ -109,6 +143,7 @@ pub async fn open_store(
             db: db.clone(),
             path: Arc::new(key),
             policy,
+            durability,
         });
     }
     let path_str = key
@@ -130,6 +165,7 @@ pub async fn open_store(
         db: handle,
         path: Arc::new(key.clone()),
         policy,
+        durability,
     };
     store.handshake(format).await?;
     registry.insert(key, store.db.clone());
@@ -206,12 +242,16 @@ impl Store {
 
     /// An idle connection, or a new one with the busy timeout set. It serves
     /// one operation, then goes back with [`Store::check_in`] or is dropped.
-    pub(crate) fn check_out(&self) -> Result<Connection, turso::Error> {
-        if let Some(conn) = self.db.idle.lock().unwrap_or_else(|p| p.into_inner()).pop() {
+    pub(crate) async fn check_out(&self) -> Result<Connection, turso::Error> {
+        let pool = &self.db.idle[self.durability as usize];
+        if let Some(conn) = pool.lock().unwrap_or_else(|p| p.into_inner()).pop() {
             return Ok(conn);
         }
         let conn = self.db.db.connect()?;
         conn.busy_timeout(ENGINE_BUSY_TIMEOUT)?;
+        if self.durability == Durability::Relaxed {
+            conn.execute("PRAGMA synchronous = NORMAL", ()).await?;
+        }
         Ok(conn)
     }
 
@@ -221,7 +261,7 @@ impl Store {
         if !matches!(conn.is_autocommit(), Ok(true)) {
             return;
         }
-        let mut idle = self.db.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let mut idle = self.db.idle[self.durability as usize].lock().unwrap_or_else(|p| p.into_inner());
         if idle.len() < MAX_IDLE {
             idle.push(conn);
         }

@@ -12,7 +12,7 @@ use turso::{Connection, Value};
 
 use super::names::check_name;
 use super::open::{Format, Store, open_store};
-use super::retry::{Failure, RetryPolicy, exec, query};
+use super::retry::{Failure, exec, query};
 use super::wake::{Check, Wakes};
 use crate::error::{AlkError, AlkResult};
 
@@ -172,7 +172,7 @@ fn payload_parts(payload: &Payload) -> AlkResult<(&'static str, &str)> {
 
 impl QueueStore {
     /// Opens (creating on first use) queue `name` under `data_dir`.
-    pub async fn open(data_dir: &Path, name: &str, policy: RetryPolicy) -> AlkResult<Self> {
+    pub async fn open(data_dir: &Path, name: &str, policy: impl Into<super::StoreOptions>) -> AlkResult<Self> {
         check_name("queue", name)?;
         let store = open_store(&queue_path(data_dir, name), &FORMAT, policy).await?;
         Ok(QueueStore { store, wakes: Wakes::for_data_dir(data_dir), topic: format!("queue.{name}") })
@@ -412,6 +412,7 @@ impl QueueStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::RetryPolicy;
 
     const DOC: &str = include_str!("../../../docs/formats/localqueue.v1.md");
 
@@ -477,6 +478,7 @@ mod tests {
 mod contention_tests {
     use std::time::{Duration, Instant};
 
+    use crate::store::RetryPolicy;
 
     use super::*;
 
@@ -486,7 +488,7 @@ mod contention_tests {
         let policy = RetryPolicy { deadline: Duration::from_millis(300), ..RetryPolicy::default() };
         let q = QueueStore::open(dir.path(), "q", policy).await.unwrap();
         // Another writer holds the write lock.
-        let holder = q.store.check_out().unwrap();
+        let holder = q.store.check_out().await.unwrap();
         holder.execute("BEGIN IMMEDIATE", ()).await.unwrap();
         let cpu_before = cpu_time();
         let started = Instant::now();

@@ -79,7 +79,7 @@ impl Store {
         let start = Instant::now();
         let mut pause = policy.initial_backoff;
         loop {
-            let attempt = match self.check_out() {
+            let attempt = match self.check_out().await {
                 Ok(conn) => {
                     let result = op(conn.clone()).await;
                     self.check_in(conn);

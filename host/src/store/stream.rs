@@ -14,7 +14,7 @@ use turso::{Connection, Value};
 
 use super::names::{check_identifier, check_name};
 use super::open::{Format, Store, open_store};
-use super::retry::{Failure, RetryPolicy, exec, query};
+use super::retry::{Failure, exec, query};
 use super::wake::{Check, Wakes};
 use crate::error::{AlkError, AlkResult};
 
@@ -134,7 +134,7 @@ fn to_i64(what: &str, v: u64) -> AlkResult<i64> {
 
 impl StreamStore {
     /// Opens (creating on first use) the stream store under `data_dir`.
-    pub async fn open(data_dir: &Path, limits: StreamLimits, policy: RetryPolicy) -> AlkResult<Self> {
+    pub async fn open(data_dir: &Path, limits: StreamLimits, policy: impl Into<super::StoreOptions>) -> AlkResult<Self> {
         let store = open_store(&stream_path(data_dir), &FORMAT, policy).await?;
         Ok(StreamStore { store, limits, wakes: Wakes::for_data_dir(data_dir) })
     }
@@ -538,6 +538,7 @@ impl Drop for StreamTx {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::RetryPolicy;
 
     const DOC: &str = include_str!("../../../docs/formats/localstream.v1.md");
 

@@ -6,10 +6,10 @@ use std::sync::atomic::{AtomicI64, Ordering};
 
 use wasmtime::component::ResourceTable;
 
-use crate::store::{Durability, RetryPolicy, StoreOptions};
 use crate::store::kv::KvLimits;
 use crate::store::lock::LockStore;
 use crate::store::stream::{StreamLimits, StreamStore};
+use crate::store::{Durability, RetryPolicy, StoreOptions};
 
 /// The source of "now" for expiry decisions, in unix epoch milliseconds.
 ///
@@ -115,7 +115,10 @@ impl AlkCtx {
 
     /// How this context's stores are opened.
     pub(crate) fn store_options(&self) -> StoreOptions {
-        StoreOptions { retry: self.retry, durability: self.durability }
+        StoreOptions {
+            retry: self.retry,
+            durability: self.durability,
+        }
     }
 
     /// This context's clock.
@@ -126,7 +129,9 @@ impl AlkCtx {
     /// The stream store of the data directory, opened on first use.
     pub(crate) async fn stream_store(&self) -> crate::AlkResult<StreamStore> {
         self.streams
-            .get_or_try_init(|| StreamStore::open(&self.data_dir, self.limits.stream, self.store_options()))
+            .get_or_try_init(|| {
+                StreamStore::open(&self.data_dir, self.limits.stream, self.store_options())
+            })
             .await
             .cloned()
     }

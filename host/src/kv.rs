@@ -3,8 +3,8 @@
 
 use wasmtime::component::{Linker, Resource};
 
-use crate::bindings::alk::store::kv::{self, Entry, ScanPage};
 use crate::HasAlk;
+use crate::bindings::alk::store::kv::{self, Entry, ScanPage};
 use crate::ctx::{AlkCtxView, AlkView};
 use crate::error::CallError;
 use crate::store::kv::KvStore;
@@ -81,7 +81,11 @@ impl kv::HostBucket for AlkCtxView<'_> {
         Ok(store.set_if_absent(&key, &value, ttl_ms, now).await?)
     }
 
-    async fn get_many(&mut self, bucket: Resource<Bucket>, keys: Vec<String>) -> Result<Vec<Option<Vec<u8>>>, CallError> {
+    async fn get_many(
+        &mut self,
+        bucket: Resource<Bucket>,
+        keys: Vec<String>,
+    ) -> Result<Vec<Option<Vec<u8>>>, CallError> {
         let now = self.ctx.now();
         let store = self.table.get(&bucket)?.store.clone();
         Ok(store.get_many(&keys, now).await?)
@@ -95,7 +99,8 @@ impl kv::HostBucket for AlkCtxView<'_> {
     ) -> Result<(), CallError> {
         let now = self.ctx.now();
         let store = self.table.get(&bucket)?.store.clone();
-        let entries: Vec<(String, Vec<u8>)> = entries.into_iter().map(|e| (e.key, e.value)).collect();
+        let entries: Vec<(String, Vec<u8>)> =
+            entries.into_iter().map(|e| (e.key, e.value)).collect();
         Ok(store.set_many(&entries, ttl_ms, now).await?)
     }
 

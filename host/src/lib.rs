@@ -74,15 +74,15 @@ pub mod lock;
 pub mod notify;
 pub mod queue;
 mod run;
-pub mod stream;
 pub mod store;
+pub mod stream;
 
 pub use ctx::{
     AlkCtx, AlkCtxBuilder, AlkCtxView, AlkView, Clock, Limits, ManualClock, SystemClock,
 };
 pub use error::{AlkError, AlkResult, CallError};
-pub use store::{Durability, RetryPolicy};
 pub use run::{RunOptions, RunOutcome, RunState, RunStatus, Runner};
+pub use store::{Durability, RetryPolicy};
 
 use bindings::alk::store::types;
 use wasmtime::component::{HasData, Linker};

@@ -53,7 +53,10 @@ impl lock::Host for AlkCtxView<'_> {
         let clock = self.ctx.clock();
         let now = move || clock.now_ms();
         let store = self.ctx.lock_store().await?;
-        match store.lock_wait(&name, &owner, ttl_ms, &now, crate::deadline_in(timeout_ms)).await? {
+        match store
+            .lock_wait(&name, &owner, ttl_ms, &now, crate::deadline_in(timeout_ms))
+            .await?
+        {
             Some(acquired) => Ok(Some(self.table.push(Lock { acquired })?)),
             None => Ok(None),
         }
@@ -62,7 +65,11 @@ impl lock::Host for AlkCtxView<'_> {
     async fn holder(&mut self, name: String) -> Result<Option<HolderInfo>, CallError> {
         let now = self.ctx.now();
         let holder = self.ctx.lock_store().await?.holder(&name, now).await?;
-        Ok(holder.map(|h| HolderInfo { owner: h.owner, expires_at: h.expires_at.max(0) as u64, token: h.token }))
+        Ok(holder.map(|h| HolderInfo {
+            owner: h.owner,
+            expires_at: h.expires_at.max(0) as u64,
+            token: h.token,
+        }))
     }
 }
 
@@ -82,7 +89,9 @@ impl lock::HostLock for AlkCtxView<'_> {
     async fn renew(&mut self, l: Resource<Lock>, ttl_ms: u64) -> Result<bool, CallError> {
         let now = self.ctx.now();
         let store = self.ctx.lock_store().await?;
-        Ok(store.renew(&self.table.get(&l)?.acquired, ttl_ms, now).await?)
+        Ok(store
+            .renew(&self.table.get(&l)?.acquired, ttl_ms, now)
+            .await?)
     }
 
     async fn release(&mut self, l: Resource<Lock>) -> Result<bool, CallError> {

@@ -44,7 +44,10 @@ impl AlkCtxView<'_> {
     /// The wakes of the data directory, which using a channel creates.
     fn wakes(&self) -> Result<Wakes, AlkError> {
         std::fs::create_dir_all(&self.ctx.data_dir).map_err(|e| {
-            AlkError::Internal(format!("cannot create the data directory {}: {e}", self.ctx.data_dir.display()))
+            AlkError::Internal(format!(
+                "cannot create the data directory {}: {e}",
+                self.ctx.data_dir.display()
+            ))
         })?;
         Ok(Wakes::for_data_dir(&self.ctx.data_dir))
     }
@@ -62,16 +65,33 @@ impl notify::Host for AlkCtxView<'_> {
         let wakes = self.wakes()?;
         let topic = wakes.topic(&topic_name(&channel));
         let seen = topic.seq();
-        Ok(self.table.push(Listener { channel, wakes, topic, seen })?)
+        Ok(self.table.push(Listener {
+            channel,
+            wakes,
+            topic,
+            seen,
+        })?)
     }
 }
 
 /// Waits until `topic` has seen a signal after `seen`; the new count.
-async fn woken(wakes: &Wakes, channel: &str, topic: &Topic, seen: u64, deadline: Option<tokio::time::Instant>) -> Option<u64> {
+async fn woken(
+    wakes: &Wakes,
+    channel: &str,
+    topic: &Topic,
+    seen: u64,
+    deadline: Option<tokio::time::Instant>,
+) -> Option<u64> {
     wakes
         .wait_for(&topic_name(channel), deadline, || {
             let now = topic.seq();
-            Box::pin(async move { Ok(if now > seen { Check::Ready(now) } else { Check::NotYet(None) }) })
+            Box::pin(async move {
+                Ok(if now > seen {
+                    Check::Ready(now)
+                } else {
+                    Check::NotYet(None)
+                })
+            })
         })
         .await
         .ok()
@@ -85,8 +105,12 @@ impl notify::HostListener for AlkCtxView<'_> {
 
     async fn wait(&mut self, l: Resource<Listener>, timeout_ms: u64) -> wasmtime::Result<bool> {
         let listener = self.table.get(&l)?;
-        let (wakes, topic, seen, channel) =
-            (listener.wakes.clone(), listener.topic.clone(), listener.seen, listener.channel.clone());
+        let (wakes, topic, seen, channel) = (
+            listener.wakes.clone(),
+            listener.topic.clone(),
+            listener.seen,
+            listener.channel.clone(),
+        );
         let deadline = crate::deadline_in(timeout_ms);
         match woken(&wakes, &channel, &topic, seen, Some(deadline)).await {
             Some(now) => {
@@ -97,7 +121,10 @@ impl notify::HostListener for AlkCtxView<'_> {
         }
     }
 
-    async fn subscribe(&mut self, l: Resource<Listener>) -> wasmtime::Result<Resource<DynPollable>> {
+    async fn subscribe(
+        &mut self,
+        l: Resource<Listener>,
+    ) -> wasmtime::Result<Resource<DynPollable>> {
         let listener = self.table.get(&l)?;
         let ready = ListenerReady {
             wakes: listener.wakes.clone(),

@@ -84,14 +84,27 @@ impl queue::HostQueue for AlkCtxView<'_> {
         Ok(store.send(&to_store(payload), now).await? as u64)
     }
 
-    async fn send_batch(&mut self, q: Resource<Queue>, payloads: Vec<Payload>) -> Result<Vec<u64>, CallError> {
+    async fn send_batch(
+        &mut self,
+        q: Resource<Queue>,
+        payloads: Vec<Payload>,
+    ) -> Result<Vec<u64>, CallError> {
         let now = self.ctx.now();
         let store = self.table.get(&q)?.store.clone();
         let payloads: Vec<store::Payload> = payloads.into_iter().map(to_store).collect();
-        Ok(store.send_batch(&payloads, now).await?.into_iter().map(|id| id as u64).collect())
+        Ok(store
+            .send_batch(&payloads, now)
+            .await?
+            .into_iter()
+            .map(|id| id as u64)
+            .collect())
     }
 
-    async fn ack_batch(&mut self, q: Resource<Queue>, receipts: Vec<String>) -> Result<Vec<AckOutcome>, CallError> {
+    async fn ack_batch(
+        &mut self,
+        q: Resource<Queue>,
+        receipts: Vec<String>,
+    ) -> Result<Vec<AckOutcome>, CallError> {
         let store = self.table.get(&q)?.store.clone();
         Ok(store
             .ack_batch(&receipts)
@@ -127,12 +140,17 @@ impl queue::HostQueue for AlkCtxView<'_> {
         let clock = self.ctx.clock();
         let now = move || clock.now_ms();
         let store = self.table.get(&q)?.store.clone();
-        let deliveries = store.receive_wait(max, visibility_ms, &now, crate::deadline_in(timeout_ms)).await?;
+        let deliveries = store
+            .receive_wait(max, visibility_ms, &now, crate::deadline_in(timeout_ms))
+            .await?;
         Ok(deliveries.into_iter().map(message).collect())
     }
 
     async fn subscribe(&mut self, q: Resource<Queue>) -> wasmtime::Result<Resource<DynPollable>> {
-        let ready = QueueReady { store: self.table.get(&q)?.store.clone(), clock: self.ctx.clock() };
+        let ready = QueueReady {
+            store: self.table.get(&q)?.store.clone(),
+            clock: self.ctx.clock(),
+        };
         let ready = self.table.push(ready)?;
         subscribe(self.table, ready)
     }

@@ -124,7 +124,11 @@ impl Runner {
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
         crate::add_to_linker(&mut linker)?;
-        Ok(Runner { engine, linker, ticker: std::sync::OnceLock::new() })
+        Ok(Runner {
+            engine,
+            linker,
+            ticker: std::sync::OnceLock::new(),
+        })
     }
 
     /// Starts the epoch ticker, once. Only runs with a time limit need it,
@@ -134,13 +138,15 @@ impl Runner {
     fn start_ticker(&self) {
         self.ticker.get_or_init(|| {
             let weak = self.engine.weak();
-            let _ = std::thread::Builder::new().name("alk-epoch".into()).spawn(move || {
-                while let Some(engine) = weak.upgrade() {
-                    engine.increment_epoch();
-                    drop(engine);
-                    std::thread::sleep(EPOCH_TICK);
-                }
-            });
+            let _ = std::thread::Builder::new()
+                .name("alk-epoch".into())
+                .spawn(move || {
+                    while let Some(engine) = weak.upgrade() {
+                        engine.increment_epoch();
+                        drop(engine);
+                        std::thread::sleep(EPOCH_TICK);
+                    }
+                });
         });
     }
 

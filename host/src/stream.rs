@@ -62,7 +62,10 @@ struct StreamReady {
 impl Pollable for StreamReady {
     async fn ready(&mut self) {
         // An error makes the pollable ready: the guest's next call reports it.
-        let _ = self.store.read_wait(&self.stream, self.position, 0, None).await;
+        let _ = self
+            .store
+            .read_wait(&self.stream, self.position, 0, None)
+            .await;
     }
 }
 
@@ -81,7 +84,12 @@ impl AlkCtxView<'_> {
 impl stream::Host for AlkCtxView<'_> {
     async fn publish(&mut self, stream: String, payload: Vec<u8>) -> Result<u64, CallError> {
         let now = self.ctx.now();
-        Ok(self.ctx.stream_store().await?.publish(&stream, None, &payload, now).await?)
+        Ok(self
+            .ctx
+            .stream_store()
+            .await?
+            .publish(&stream, None, &payload, now)
+            .await?)
     }
 
     async fn publish_with_key(
@@ -91,42 +99,108 @@ impl stream::Host for AlkCtxView<'_> {
         payload: Vec<u8>,
     ) -> Result<u64, CallError> {
         let now = self.ctx.now();
-        Ok(self.ctx.stream_store().await?.publish(&stream, Some(&key), &payload, now).await?)
+        Ok(self
+            .ctx
+            .stream_store()
+            .await?
+            .publish(&stream, Some(&key), &payload, now)
+            .await?)
     }
 
-    async fn publish_batch(&mut self, stream: String, events: Vec<NewEvent>) -> Result<Vec<u64>, CallError> {
+    async fn publish_batch(
+        &mut self,
+        stream: String,
+        events: Vec<NewEvent>,
+    ) -> Result<Vec<u64>, CallError> {
         let now = self.ctx.now();
-        let events: Vec<(Option<String>, Vec<u8>)> = events.into_iter().map(|e| (e.key, e.payload)).collect();
-        Ok(self.ctx.stream_store().await?.publish_batch(&stream, &events, now).await?)
+        let events: Vec<(Option<String>, Vec<u8>)> =
+            events.into_iter().map(|e| (e.key, e.payload)).collect();
+        Ok(self
+            .ctx
+            .stream_store()
+            .await?
+            .publish_batch(&stream, &events, now)
+            .await?)
     }
 
-    async fn read_since(&mut self, stream: String, offset: u64, limit: u32) -> Result<Vec<Event>, CallError> {
-        let events = self.ctx.stream_store().await?.read_since(&stream, offset, limit).await?;
+    async fn read_since(
+        &mut self,
+        stream: String,
+        offset: u64,
+        limit: u32,
+    ) -> Result<Vec<Event>, CallError> {
+        let events = self
+            .ctx
+            .stream_store()
+            .await?
+            .read_since(&stream, offset, limit)
+            .await?;
         Ok(events.into_iter().map(event).collect())
     }
 
-    async fn save_offset(&mut self, stream: String, consumer: String, offset: u64) -> Result<(), CallError> {
-        Ok(self.ctx.stream_store().await?.save_offset(&stream, &consumer, offset).await?)
+    async fn save_offset(
+        &mut self,
+        stream: String,
+        consumer: String,
+        offset: u64,
+    ) -> Result<(), CallError> {
+        Ok(self
+            .ctx
+            .stream_store()
+            .await?
+            .save_offset(&stream, &consumer, offset)
+            .await?)
     }
 
-    async fn get_offset(&mut self, stream: String, consumer: String) -> Result<Option<u64>, CallError> {
-        Ok(self.ctx.stream_store().await?.get_offset(&stream, &consumer).await?)
+    async fn get_offset(
+        &mut self,
+        stream: String,
+        consumer: String,
+    ) -> Result<Option<u64>, CallError> {
+        Ok(self
+            .ctx
+            .stream_store()
+            .await?
+            .get_offset(&stream, &consumer)
+            .await?)
     }
 
     async fn trim_to(&mut self, stream: String, horizon: u64) -> Result<u64, CallError> {
-        Ok(self.ctx.stream_store().await?.trim_to(&stream, horizon).await?)
+        Ok(self
+            .ctx
+            .stream_store()
+            .await?
+            .trim_to(&stream, horizon)
+            .await?)
     }
 
-    async fn subscribe(&mut self, stream: String, consumer: String) -> Result<Resource<Subscription>, CallError> {
+    async fn subscribe(
+        &mut self,
+        stream: String,
+        consumer: String,
+    ) -> Result<Resource<Subscription>, CallError> {
         check_name("stream", &stream).map_err(CallError::from)?;
         check_identifier("consumer", &consumer).map_err(CallError::from)?;
-        let saved = self.ctx.stream_store().await?.get_offset(&stream, &consumer).await?;
-        Ok(self.table.push(Subscription { stream, consumer, position: saved.unwrap_or(0) })?)
+        let saved = self
+            .ctx
+            .stream_store()
+            .await?
+            .get_offset(&stream, &consumer)
+            .await?;
+        Ok(self.table.push(Subscription {
+            stream,
+            consumer,
+            position: saved.unwrap_or(0),
+        })?)
     }
 }
 
 impl stream::HostSubscription for AlkCtxView<'_> {
-    async fn next(&mut self, sub: Resource<Subscription>, max: u32) -> Result<Vec<Event>, CallError> {
+    async fn next(
+        &mut self,
+        sub: Resource<Subscription>,
+        max: u32,
+    ) -> Result<Vec<Event>, CallError> {
         let store = self.ctx.stream_store().await?;
         let s = self.table.get(&sub)?;
         let events = store.read_since(&s.stream, s.position, max).await?;
@@ -136,11 +210,21 @@ impl stream::HostSubscription for AlkCtxView<'_> {
         Ok(events.into_iter().map(event).collect())
     }
 
-    async fn next_wait(&mut self, sub: Resource<Subscription>, max: u32, timeout_ms: u64) -> Result<Vec<Event>, CallError> {
+    async fn next_wait(
+        &mut self,
+        sub: Resource<Subscription>,
+        max: u32,
+        timeout_ms: u64,
+    ) -> Result<Vec<Event>, CallError> {
         let store = self.ctx.stream_store().await?;
         let s = self.table.get(&sub)?;
         let events = store
-            .read_wait(&s.stream, s.position, max, Some(crate::deadline_in(timeout_ms)))
+            .read_wait(
+                &s.stream,
+                s.position,
+                max,
+                Some(crate::deadline_in(timeout_ms)),
+            )
             .await?
             .unwrap_or_default();
         if let Some(last) = events.last() {
@@ -149,11 +233,18 @@ impl stream::HostSubscription for AlkCtxView<'_> {
         Ok(events.into_iter().map(event).collect())
     }
 
-    async fn subscribe(&mut self, sub: Resource<Subscription>) -> wasmtime::Result<Resource<DynPollable>> {
+    async fn subscribe(
+        &mut self,
+        sub: Resource<Subscription>,
+    ) -> wasmtime::Result<Resource<DynPollable>> {
         // The store is open: the subscription was made through it.
         let store = self.ctx.stream_store().await?;
         let s = self.table.get(&sub)?;
-        let ready = StreamReady { store, stream: s.stream.clone(), position: s.position };
+        let ready = StreamReady {
+            store,
+            stream: s.stream.clone(),
+            position: s.position,
+        };
         let ready = self.table.push(ready)?;
         subscribe(self.table, ready)
     }
@@ -165,7 +256,9 @@ impl stream::HostSubscription for AlkCtxView<'_> {
     async fn save(&mut self, sub: Resource<Subscription>) -> Result<(), CallError> {
         let store = self.ctx.stream_store().await?;
         let s = self.table.get(&sub)?;
-        Ok(store.save_offset(&s.stream, &s.consumer, s.position).await?)
+        Ok(store
+            .save_offset(&s.stream, &s.consumer, s.position)
+            .await?)
     }
 
     async fn drop(&mut self, sub: Resource<Subscription>) -> wasmtime::Result<()> {
@@ -186,7 +279,11 @@ impl stream::HostTransaction for AlkCtxView<'_> {
         payload: Vec<u8>,
     ) -> Result<u64, CallError> {
         let now = self.ctx.now();
-        Ok(self.stream_tx(&tx).await?.publish(&stream, None, &payload, now).await?)
+        Ok(self
+            .stream_tx(&tx)
+            .await?
+            .publish(&stream, None, &payload, now)
+            .await?)
     }
 
     async fn publish_with_key(
@@ -197,7 +294,11 @@ impl stream::HostTransaction for AlkCtxView<'_> {
         payload: Vec<u8>,
     ) -> Result<u64, CallError> {
         let now = self.ctx.now();
-        Ok(self.stream_tx(&tx).await?.publish(&stream, Some(&key), &payload, now).await?)
+        Ok(self
+            .stream_tx(&tx)
+            .await?
+            .publish(&stream, Some(&key), &payload, now)
+            .await?)
     }
 
     async fn save_offset(
@@ -207,7 +308,11 @@ impl stream::HostTransaction for AlkCtxView<'_> {
         consumer: String,
         offset: u64,
     ) -> Result<(), CallError> {
-        Ok(self.stream_tx(&tx).await?.save_offset(&stream, &consumer, offset).await?)
+        Ok(self
+            .stream_tx(&tx)
+            .await?
+            .save_offset(&stream, &consumer, offset)
+            .await?)
     }
 
     async fn commit(&mut self, tx: Resource<Transaction>) -> Result<(), CallError> {

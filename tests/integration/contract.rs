@@ -40,7 +40,12 @@ fn cli(name: &str, capability: &str) -> Vec<String> {
         name,
     );
     // The CLI run left a real store behind.
-    assert!(std::fs::read_dir(dir.path().join(capability)).unwrap().count() > 0);
+    assert!(
+        std::fs::read_dir(dir.path().join(capability))
+            .unwrap()
+            .count()
+            > 0
+    );
     cases
 }
 

@@ -52,7 +52,12 @@ fn assert_stores_match_document(
         assert_eq!(seen["indexes"], expected["indexes"], "{}", file.display());
         assert_eq!(seen["meta"], expected["meta"], "{}", file.display());
         // The engine's own tables are the ones the format document lists.
-        assert_eq!(seen["engine_tables"], serde_json::json!(engine_tables), "{}", file.display());
+        assert_eq!(
+            seen["engine_tables"],
+            serde_json::json!(engine_tables),
+            "{}",
+            file.display()
+        );
     }
 }
 
@@ -63,12 +68,24 @@ fn kv_stores_have_exactly_the_documented_schema_and_marker() {
 
 #[test]
 fn the_stream_store_has_exactly_the_documented_schema_and_marker() {
-    assert_stores_match_document("stream-contract", "stream", "localstream.sqlite", "localstream.v1", &[]);
+    assert_stores_match_document(
+        "stream-contract",
+        "stream",
+        "localstream.sqlite",
+        "localstream.v1",
+        &[],
+    );
 }
 
 #[test]
 fn the_lock_store_has_exactly_the_documented_schema_and_marker() {
-    assert_stores_match_document("lock-contract", "lock", "locallock.sqlite", "locallock.v1", &[]);
+    assert_stores_match_document(
+        "lock-contract",
+        "lock",
+        "locallock.sqlite",
+        "locallock.v1",
+        &[],
+    );
 }
 
 #[test]
@@ -102,7 +119,14 @@ fn foreign_store(dir: &Path, rel: &str, script: &str) -> PathBuf {
 /// Asserts that running `tool args` (CLI) and `tool lib_args` (library)
 /// fails with a store-setup error naming `needles`, and that the file is
 /// byte-identical afterwards.
-fn assert_tool_rejected(tool: &str, args: &[&str], lib_args: &[&str], dir: &Path, file: &Path, needles: &[&str]) {
+fn assert_tool_rejected(
+    tool: &str,
+    args: &[&str],
+    lib_args: &[&str],
+    dir: &Path,
+    file: &Path,
+    needles: &[&str],
+) {
     let before = file_bytes(file);
     let out = run_cli(tool, dir, &[], args);
     let stdout = text(&out.stdout);
@@ -119,7 +143,14 @@ fn assert_tool_rejected(tool: &str, args: &[&str], lib_args: &[&str], dir: &Path
 }
 
 fn assert_rejected(dir: &Path, bucket: &str, file: &Path, needles: &[&str]) {
-    assert_tool_rejected("kv-tool", &["get", bucket, "k"], &["set", bucket, "k", "v"], dir, file, needles);
+    assert_tool_rejected(
+        "kv-tool",
+        &["get", bucket, "k"],
+        &["set", bucket, "k", "v"],
+        dir,
+        file,
+        needles,
+    );
 }
 
 #[test]

@@ -181,7 +181,13 @@ fn help_documents_every_flag() {
 fn compile_fills_the_cache_that_run_then_uses() {
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("cache");
-    let out = alk_host().arg("compile").arg(guest("hello")).arg("--cache-dir").arg(&cache).output().unwrap();
+    let out = alk_host()
+        .arg("compile")
+        .arg(guest("hello"))
+        .arg("--cache-dir")
+        .arg(&cache)
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
     let entries = |d: &std::path::Path| walk(d).len();
     let after_compile = entries(&cache);
@@ -215,7 +221,12 @@ fn relaxed_durability_keeps_the_contract() {
     let dir = tempfile::tempdir().unwrap();
     let out = run_cli("kv-contract", dir.path(), &["--durability", "relaxed"], &[]);
     assert!(out.status.success(), "{}", text(&out.stdout));
-    let out = run_cli("queue-contract", dir.path(), &["--durability", "relaxed"], &[]);
+    let out = run_cli(
+        "queue-contract",
+        dir.path(),
+        &["--durability", "relaxed"],
+        &[],
+    );
     assert!(out.status.success(), "{}", text(&out.stdout));
 }
 

@@ -28,12 +28,35 @@ fn critical_sections_never_overlap_and_tokens_follow_acquisition_order() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let children: Vec<Child> = (0..PROCESSES)
-        .map(|p| spawn(d, &["contend", "the-lock", &format!("p{p}"), &ROUNDS.to_string(), "2000", "2"]))
+        .map(|p| {
+            spawn(
+                d,
+                &[
+                    "contend",
+                    "the-lock",
+                    &format!("p{p}"),
+                    &ROUNDS.to_string(),
+                    "2000",
+                    "2",
+                ],
+            )
+        })
         .collect();
     for (p, child) in children.into_iter().enumerate() {
         let out = child.wait_with_output().unwrap();
-        assert!(out.status.success(), "p{p}: {}{}", text(&out.stdout), text(&out.stderr));
-        assert_eq!(text(&out.stdout).lines().filter(|l| l.starts_with("section ")).count(), ROUNDS);
+        assert!(
+            out.status.success(),
+            "p{p}: {}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        assert_eq!(
+            text(&out.stdout)
+                .lines()
+                .filter(|l| l.starts_with("section "))
+                .count(),
+            ROUNDS
+        );
     }
     // The shared record, written inside each critical section, keyed by token.
     let out = run_cli("kv-tool", d, &[], &["scan", "sections", ""]);
@@ -68,25 +91,44 @@ fn a_killed_holders_lock_is_taken_over_after_its_deadline_with_a_larger_token() 
     let d = dir.path();
     const TTL: u64 = 1_000;
     let mut holder = spawn(d, &["hold", "job-7", "doomed", &TTL.to_string()]);
-    let line = BufReader::new(holder.stdout.take().unwrap()).lines().next().unwrap().unwrap();
+    let line = BufReader::new(holder.stdout.take().unwrap())
+        .lines()
+        .next()
+        .unwrap()
+        .unwrap();
     let mut f = line.strip_prefix("held ").expect(&line).split(' ');
     let held_token: u64 = f.next().unwrap().parse().unwrap();
     let deadline: u128 = f.next().unwrap().parse().unwrap();
     holder.kill().unwrap();
     holder.wait().unwrap();
 
-    let out = run_cli("lock-tool", d, &[], &["acquire", "job-7", "successor", "60000", "30000"]);
+    let out = run_cli(
+        "lock-tool",
+        d,
+        &[],
+        &["acquire", "job-7", "successor", "60000", "30000"],
+    );
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
-    let mut f = stdout.trim().strip_prefix("acquired ").expect(&stdout).split(' ');
+    let mut f = stdout
+        .trim()
+        .strip_prefix("acquired ")
+        .expect(&stdout)
+        .split(' ');
     let token: u64 = f.next().unwrap().parse().unwrap();
     let acquired_at: u128 = f.next().unwrap().parse().unwrap();
     assert!(token > held_token, "token {token} after {held_token}");
     // Exclusion held until the dead holder's deadline …
-    assert!(acquired_at >= deadline, "taken at {acquired_at}, before the deadline {deadline}");
+    assert!(
+        acquired_at >= deadline,
+        "taken at {acquired_at}, before the deadline {deadline}"
+    );
     // … and the lock did not stay stuck after it (a generous bound: the
     // successor polls every 5 ms).
-    assert!(acquired_at < deadline + 5_000, "taken at {acquired_at}, deadline was {deadline}");
+    assert!(
+        acquired_at < deadline + 5_000,
+        "taken at {acquired_at}, deadline was {deadline}"
+    );
     let seen = sqlite_schema("store", &d.join("lock/locallock.sqlite"));
     assert_eq!(seen["integrity"], "ok");
 }

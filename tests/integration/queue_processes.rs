@@ -25,7 +25,13 @@ fn spawn(dir: &std::path::Path, guest_name: &str, args: &[&str]) -> Child {
 fn finish(child: Child, who: &str) -> String {
     let out = child.wait_with_output().unwrap();
     let stdout = text(&out.stdout);
-    assert!(out.status.success(), "{who} failed ({}): {}{}", out.status, tail(&stdout), text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{who} failed ({}): {}{}",
+        out.status,
+        tail(&stdout),
+        text(&out.stderr)
+    );
     stdout
 }
 
@@ -44,9 +50,22 @@ fn messages_cross_processes_exactly_once_with_none_lost() {
     let out = run_cli("queue-tool", d, &[], &["purge", "work"]);
     assert!(out.status.success(), "{}", text(&out.stdout));
 
-    let consumers: Vec<Child> = (0..CONSUMERS).map(|_| spawn(d, "queue-tool", &["consume", "work", "10", "30000"])).collect();
+    let consumers: Vec<Child> = (0..CONSUMERS)
+        .map(|_| spawn(d, "queue-tool", &["consume", "work", "10", "30000"]))
+        .collect();
     let producers: Vec<Child> = (0..PRODUCERS)
-        .map(|p| spawn(d, "queue-tool", &["produce", "work", &PER_PRODUCER.to_string(), &format!("p{p}")]))
+        .map(|p| {
+            spawn(
+                d,
+                "queue-tool",
+                &[
+                    "produce",
+                    "work",
+                    &PER_PRODUCER.to_string(),
+                    &format!("p{p}"),
+                ],
+            )
+        })
         .collect();
     for (p, child) in producers.into_iter().enumerate() {
         let out = finish(child, &format!("producer {p}"));
@@ -67,7 +86,10 @@ fn messages_cross_processes_exactly_once_with_none_lost() {
         for line in out.lines() {
             if let Some(rest) = line.strip_prefix("got ") {
                 let (payload, attempt) = rest.rsplit_once(' ').unwrap();
-                delivered.entry(payload.to_string()).or_default().push((c, attempt.parse().unwrap()));
+                delivered
+                    .entry(payload.to_string())
+                    .or_default()
+                    .push((c, attempt.parse().unwrap()));
                 n += 1;
             } else if let Some(payload) = line.strip_prefix("acked ") {
                 *acked.entry(payload.to_string()).or_default() += 1;
@@ -80,11 +102,18 @@ fn messages_cross_processes_exactly_once_with_none_lost() {
     for p in 0..PRODUCERS {
         for i in 0..PER_PRODUCER {
             let payload = format!("p{p}-{i}");
-            let got = delivered.get(&payload).unwrap_or_else(|| panic!("{payload} was never delivered"));
+            let got = delivered
+                .get(&payload)
+                .unwrap_or_else(|| panic!("{payload} was never delivered"));
             // 30 s visibility and no crashes: one delivery, to one consumer.
             assert_eq!(got.len(), 1, "{payload} delivered {got:?}");
             assert_eq!(got[0].1, 1, "{payload} attempt {}", got[0].1);
-            assert_eq!(acked.get(&payload), Some(&1), "{payload} acked {:?} times", acked.get(&payload));
+            assert_eq!(
+                acked.get(&payload),
+                Some(&1),
+                "{payload} acked {:?} times",
+                acked.get(&payload)
+            );
         }
     }
     assert_eq!(delivered.len(), total, "unexpected payloads delivered");
@@ -100,11 +129,20 @@ fn a_killed_consumers_messages_are_redelivered_and_nothing_is_lost() {
     let d = dir.path();
     const SENT: usize = 60;
     const HELD: usize = 20;
-    let out = run_cli("queue-tool", d, &[], &["produce", "jobs", &SENT.to_string(), "job"]);
+    let out = run_cli(
+        "queue-tool",
+        d,
+        &[],
+        &["produce", "jobs", &SENT.to_string(), "job"],
+    );
     assert!(out.status.success(), "{}", text(&out.stdout));
 
     // A consumer takes 20 messages with a 1.5 s visibility and hangs.
-    let mut holder = spawn(d, "queue-tool", &["hold", "jobs", &HELD.to_string(), "1500"]);
+    let mut holder = spawn(
+        d,
+        "queue-tool",
+        &["hold", "jobs", &HELD.to_string(), "1500"],
+    );
     let mut held = Vec::new();
     let mut lines = BufReader::new(holder.stdout.take().unwrap()).lines();
     for line in lines.by_ref() {
@@ -134,15 +172,26 @@ fn a_killed_consumers_messages_are_redelivered_and_nothing_is_lost() {
         for line in out.lines() {
             if let Some(rest) = line.strip_prefix("got ") {
                 let (payload, attempt) = rest.rsplit_once(' ').unwrap();
-                seen.entry(payload.to_string()).or_default().push(attempt.parse().unwrap());
+                seen.entry(payload.to_string())
+                    .or_default()
+                    .push(attempt.parse().unwrap());
             }
         }
     }
-    assert!(killed_at.elapsed() >= Duration::from_millis(1400), "drained before visibility could expire");
+    assert!(
+        killed_at.elapsed() >= Duration::from_millis(1400),
+        "drained before visibility could expire"
+    );
     for i in 0..SENT {
         let payload = format!("job-{i}");
-        let attempts = seen.get(&payload).unwrap_or_else(|| panic!("{payload} lost"));
-        assert_eq!(attempts.len(), 1, "{payload} delivered {attempts:?} after the crash");
+        let attempts = seen
+            .get(&payload)
+            .unwrap_or_else(|| panic!("{payload} lost"));
+        assert_eq!(
+            attempts.len(),
+            1,
+            "{payload} delivered {attempts:?} after the crash"
+        );
         let want = if held.contains(&payload) { 2 } else { 1 };
         assert_eq!(attempts[0], want, "{payload}");
     }

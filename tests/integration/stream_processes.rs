@@ -24,7 +24,12 @@ fn spawn(dir: &std::path::Path, args: &[&str]) -> Child {
 fn finish(child: Child, who: &str) -> String {
     let out = child.wait_with_output().unwrap();
     let stdout = text(&out.stdout);
-    assert!(out.status.success(), "{who} failed ({}): {}", out.status, text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{who} failed ({}): {}",
+        out.status,
+        text(&out.stderr)
+    );
     stdout
 }
 
@@ -49,16 +54,32 @@ fn every_consumer_sees_every_event_once_in_offset_order() {
     let d = dir.path();
     let total = (PUBLISHERS * PER_PUBLISHER) as u64;
     let until = total.to_string();
-    let consumers: Vec<Child> = ["c1", "c2"].iter().map(|c| spawn(d, &["follow", "s", c, &until, "120000"])).collect();
+    let consumers: Vec<Child> = ["c1", "c2"]
+        .iter()
+        .map(|c| spawn(d, &["follow", "s", c, &until, "120000"]))
+        .collect();
     let publishers: Vec<Child> = (0..PUBLISHERS)
-        .map(|p| spawn(d, &["publish", "s", &PER_PUBLISHER.to_string(), &format!("p{p}")]))
+        .map(|p| {
+            spawn(
+                d,
+                &["publish", "s", &PER_PUBLISHER.to_string(), &format!("p{p}")],
+            )
+        })
         .collect();
     for (p, child) in publishers.into_iter().enumerate() {
-        assert_eq!(finish(child, &format!("publisher {p}")).trim(), format!("published {PER_PUBLISHER}"));
+        assert_eq!(
+            finish(child, &format!("publisher {p}")).trim(),
+            format!("published {PER_PUBLISHER}")
+        );
     }
     for (c, child) in consumers.into_iter().enumerate() {
         let seen = events(&finish(child, &format!("consumer {c}")));
-        assert_eq!(seen.len() as u64, total, "consumer {c} saw {} events", seen.len());
+        assert_eq!(
+            seen.len() as u64,
+            total,
+            "consumer {c} saw {} events",
+            seen.len()
+        );
         // Offsets 1..=total, each once, strictly increasing.
         for (i, (offset, _)) in seen.iter().enumerate() {
             assert_eq!(*offset, i as u64 + 1, "consumer {c}: event #{i}");
@@ -68,7 +89,11 @@ fn every_consumer_sees_every_event_once_in_offset_order() {
         for (offset, payload) in &seen {
             let (publisher, i) = payload.rsplit_once('-').unwrap();
             let want = next.entry(publisher).or_insert(0);
-            assert_eq!(i.parse::<usize>().unwrap(), *want, "consumer {c}: {payload} at {offset}");
+            assert_eq!(
+                i.parse::<usize>().unwrap(),
+                *want,
+                "consumer {c}: {payload} at {offset}"
+            );
             *want += 1;
         }
         assert!(next.values().all(|n| *n == PER_PUBLISHER), "{next:?}");
@@ -80,7 +105,10 @@ fn a_killed_consumer_resumes_from_its_saved_offset_without_skipping() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     const TOTAL: u64 = 2_000;
-    let out = finish(spawn(d, &["publish", "s", &TOTAL.to_string(), "e"]), "publisher");
+    let out = finish(
+        spawn(d, &["publish", "s", &TOTAL.to_string(), "e"]),
+        "publisher",
+    );
     assert_eq!(out.trim(), format!("published {TOTAL}"));
 
     // A slow consumer (20 ms between batches of 100) is killed mid-stream.
@@ -98,17 +126,26 @@ fn a_killed_consumer_resumes_from_its_saved_offset_without_skipping() {
     }
     first.kill().unwrap();
     first.wait().unwrap();
-    let saved: u64 = text(&run_cli("stream-tool", d, &[], &["get-offset", "s", "c"]).stdout).trim().parse().unwrap();
-    assert!(saved >= 500 && saved < TOTAL, "saved {saved}");
+    let saved: u64 = text(&run_cli("stream-tool", d, &[], &["get-offset", "s", "c"]).stdout)
+        .trim()
+        .parse()
+        .unwrap();
+    assert!((500..TOTAL).contains(&saved), "saved {saved}");
     assert!(seen_before.len() as u64 >= saved);
 
-    let second = finish(spawn(d, &["follow", "s", "c", &TOTAL.to_string(), "60000"]), "resumed consumer");
+    let second = finish(
+        spawn(d, &["follow", "s", "c", &TOTAL.to_string(), "60000"]),
+        "resumed consumer",
+    );
     let resumed: Vec<u64> = events(&second).into_iter().map(|(o, _)| o).collect();
     // It starts right after its saved offset and reaches the end, no gaps.
     assert_eq!(resumed.first(), Some(&(saved + 1)));
     let want: Vec<u64> = (saved + 1..=TOTAL).collect();
     assert_eq!(resumed, want);
-    assert_eq!(second.lines().last(), Some(format!("done {TOTAL}").as_str()));
+    assert_eq!(
+        second.lines().last(),
+        Some(format!("done {TOTAL}").as_str())
+    );
     let seen = sqlite_schema("store", &d.join("stream/localstream.sqlite"));
     assert_eq!(seen["integrity"], "ok");
 }

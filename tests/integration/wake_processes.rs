@@ -42,7 +42,11 @@ impl Proc {
 
 fn cli_ok(dir: &std::path::Path, guest_name: &str, args: &[&str]) {
     let out = run_cli(guest_name, dir, &[], args);
-    assert!(out.status.success(), "{guest_name} {args:?}: {}", text(&out.stdout));
+    assert!(
+        out.status.success(),
+        "{guest_name} {args:?}: {}",
+        text(&out.stdout)
+    );
 }
 
 #[test]
@@ -58,9 +62,17 @@ fn a_waiting_receive_gets_a_message_sent_by_another_process() {
 #[test]
 fn a_subscription_wakes_on_a_publish_in_another_process() {
     let dir = tempfile::tempdir().unwrap();
-    let mut waiter = Proc::spawn(dir.path(), "wake-tool", &["next-wait", "events", "c", "60000"]);
+    let mut waiter = Proc::spawn(
+        dir.path(),
+        "wake-tool",
+        &["next-wait", "events", "c", "60000"],
+    );
     assert_eq!(waiter.line(), "waiting");
-    cli_ok(dir.path(), "stream-tool", &["publish", "events", "1", "news"]);
+    cli_ok(
+        dir.path(),
+        "stream-tool",
+        &["publish", "events", "1", "news"],
+    );
     assert_eq!(waiter.line(), "ev 1 news-0");
     waiter.finish();
 }
@@ -68,9 +80,17 @@ fn a_subscription_wakes_on_a_publish_in_another_process() {
 #[test]
 fn a_waiting_lock_is_granted_when_the_holder_releases() {
     let dir = tempfile::tempdir().unwrap();
-    let mut holder = Proc::spawn(dir.path(), "lock-tool", &["hold-until", "l", "a", "60000", "let-go"]);
+    let mut holder = Proc::spawn(
+        dir.path(),
+        "lock-tool",
+        &["hold-until", "l", "a", "60000", "let-go"],
+    );
     assert_eq!(holder.line(), "held 1");
-    let mut waiter = Proc::spawn(dir.path(), "wake-tool", &["wait-lock", "l", "b", "60000", "60000"]);
+    let mut waiter = Proc::spawn(
+        dir.path(),
+        "wake-tool",
+        &["wait-lock", "l", "b", "60000", "60000"],
+    );
     assert_eq!(waiter.line(), "waiting");
     cli_ok(dir.path(), "wake-tool", &["notify", "let-go"]);
     assert_eq!(holder.line(), "released true");
@@ -92,7 +112,11 @@ fn a_notification_reaches_a_listener_in_another_process() {
 #[test]
 fn poll_reports_which_of_several_pollables_a_remote_commit_made_ready() {
     let dir = tempfile::tempdir().unwrap();
-    let mut poller = Proc::spawn(dir.path(), "wake-tool", &["poll", "jobs", "events", "deploys", "60000"]);
+    let mut poller = Proc::spawn(
+        dir.path(),
+        "wake-tool",
+        &["poll", "jobs", "events", "deploys", "60000"],
+    );
     assert_eq!(poller.line(), "waiting");
     cli_ok(dir.path(), "queue-tool", &["send", "jobs", "x"]);
     assert_eq!(poller.line(), "queue");
@@ -103,22 +127,39 @@ fn poll_reports_which_of_several_pollables_a_remote_commit_made_ready() {
 fn timeouts_are_values_not_errors() {
     let dir = tempfile::tempdir().unwrap();
     let run = |args: &[&str]| {
-        let out = run_lib_with("wake-tool", ctx(dir.path()), RunOptions {
-            args: args.iter().map(|s| s.to_string()).collect(),
-            capture_output: true,
-            ..Default::default()
-        });
+        let out = run_lib_with(
+            "wake-tool",
+            ctx(dir.path()),
+            RunOptions {
+                args: args.iter().map(|s| s.to_string()).collect(),
+                capture_output: true,
+                ..Default::default()
+            },
+        );
         assert_eq!(out.exit_code(), 0, "{}", text(&out.stdout));
         text(&out.stdout)
     };
     assert_eq!(run(&["receive-wait", "empty", "30"]), "waiting\ntimeout\n");
-    assert_eq!(run(&["next-wait", "quiet", "c", "30"]), "waiting\ntimeout\n");
+    assert_eq!(
+        run(&["next-wait", "quiet", "c", "30"]),
+        "waiting\ntimeout\n"
+    );
     assert_eq!(run(&["listen", "silent", "30"]), "waiting\ntimeout\n");
-    assert_eq!(run(&["poll", "empty", "quiet", "silent", "30"]), "waiting\ntimer\n");
+    assert_eq!(
+        run(&["poll", "empty", "quiet", "silent", "30"]),
+        "waiting\ntimer\n"
+    );
     // A held lock: the waiter times out with none.
-    let mut holder = Proc::spawn(dir.path(), "lock-tool", &["hold", "busy-lock", "a", "60000"]);
+    let mut holder = Proc::spawn(
+        dir.path(),
+        "lock-tool",
+        &["hold", "busy-lock", "a", "60000"],
+    );
     assert!(holder.line().starts_with("held 1 "));
-    assert_eq!(run(&["wait-lock", "busy-lock", "b", "1000", "30"]), "waiting\ntimeout\n");
+    assert_eq!(
+        run(&["wait-lock", "busy-lock", "b", "1000", "30"]),
+        "waiting\ntimeout\n"
+    );
     holder.child.kill().unwrap();
     holder.child.wait().unwrap();
 }

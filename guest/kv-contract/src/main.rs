@@ -6,7 +6,10 @@ use alk_guest::kv::{Bucket, Entry};
 use alk_guest::{Contract, Error, ensure, ensure_matches, ok};
 
 fn nonce() -> u128 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos()
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
 }
 
 /// Waits until a key set now with `ttl_ms` has expired by the host's clock.
@@ -115,22 +118,47 @@ fn main() {
     c.case("set-many-then-get-many", || {
         let entries: Vec<Entry> = ["m1", "m2", "m3"]
             .iter()
-            .map(|k| Entry { key: k.to_string(), value: k.as_bytes().to_vec() })
+            .map(|k| Entry {
+                key: k.to_string(),
+                value: k.as_bytes().to_vec(),
+            })
             .collect();
         ok!(b.set_many(&entries, None));
-        let keys: Vec<String> = ["m1", "m2", "missing", "m3"].iter().map(|k| k.to_string()).collect();
+        let keys: Vec<String> = ["m1", "m2", "missing", "m3"]
+            .iter()
+            .map(|k| k.to_string())
+            .collect();
         let got = ok!(b.get_many(&keys));
-        ensure!(got == vec![Some(b"m1".to_vec()), Some(b"m2".to_vec()), None, Some(b"m3".to_vec())], "{got:?}");
+        ensure!(
+            got == vec![
+                Some(b"m1".to_vec()),
+                Some(b"m2".to_vec()),
+                None,
+                Some(b"m3".to_vec())
+            ],
+            "{got:?}"
+        );
         Ok(())
     });
     c.case("set-many-is-all-or-nothing", || {
         let entries = vec![
-            Entry { key: "all-1".into(), value: b"x".to_vec() },
-            Entry { key: "all-2".into(), value: vec![0u8; 1024 * 1024 + 1] },
+            Entry {
+                key: "all-1".into(),
+                value: b"x".to_vec(),
+            },
+            Entry {
+                key: "all-2".into(),
+                value: vec![0u8; 1024 * 1024 + 1],
+            },
         ];
         ensure_matches!(b.set_many(&entries, None), Err(Error::PayloadTooLarge(_)));
         ensure_matches!(b.get("all-1"), Ok(None));
-        let too_many: Vec<Entry> = (0..1001).map(|i| Entry { key: format!("n{i}"), value: vec![] }).collect();
+        let too_many: Vec<Entry> = (0..1001)
+            .map(|i| Entry {
+                key: format!("n{i}"),
+                value: vec![],
+            })
+            .collect();
         ensure_matches!(b.set_many(&too_many, None), Err(Error::InvalidArgument(_)));
         ensure_matches!(b.get("n0"), Ok(None));
         Ok(())
@@ -152,11 +180,17 @@ fn main() {
     // Scans run on a bucket of their own so the expected sets are exact.
     let s = Bucket::open(&format!("{name}-scan")).expect("open the scan bucket");
     c.case("scan-prefix-orders-by-key-and-filters-prefix", || {
-        for k in ["user:3", "user:1", "user:2", "usex", "user", "admin:1", "user:10"] {
+        for k in [
+            "user:3", "user:1", "user:2", "usex", "user", "admin:1", "user:10",
+        ] {
             ok!(s.set(k, k.as_bytes(), None));
         }
         let page = ok!(s.scan_prefix("user:", None, 100));
-        ensure!(keys(&page.entries) == ["user:1", "user:10", "user:2", "user:3"], "{:?}", keys(&page.entries));
+        ensure!(
+            keys(&page.entries) == ["user:1", "user:10", "user:2", "user:3"],
+            "{:?}",
+            keys(&page.entries)
+        );
         ensure!(page.entries.iter().all(|e| e.value == e.key.as_bytes()));
         ensure!(page.next_cursor.is_none());
         Ok(())
@@ -191,7 +225,10 @@ fn main() {
             }
         }
         ensure!(pages == 2, "pages = {pages}");
-        ensure!(seen == ["user:1", "user:10", "user:2", "user:3"], "{seen:?}");
+        ensure!(
+            seen == ["user:1", "user:10", "user:2", "user:3"],
+            "{seen:?}"
+        );
         Ok(())
     });
     c.case("scan-limit-zero-is-clamped-to-one", || {
@@ -207,7 +244,10 @@ fn main() {
     });
     c.case("scan-rejects-foreign-cursors", || {
         for bad in ["abc", "-1", "01", "", "1.5", "99999999999999999999999"] {
-            ensure_matches!(s.scan_prefix("user:", Some(bad), 10), Err(Error::InvalidArgument(_)));
+            ensure_matches!(
+                s.scan_prefix("user:", Some(bad), 10),
+                Err(Error::InvalidArgument(_))
+            );
         }
         Ok(())
     });
@@ -239,21 +279,41 @@ fn main() {
     });
     c.case("zero-or-overflowing-ttl-is-invalid-argument", || {
         ensure_matches!(b.set("t", b"x", Some(0)), Err(Error::InvalidArgument(_)));
-        ensure_matches!(b.set("t", b"x", Some(u64::MAX)), Err(Error::InvalidArgument(_)));
-        ensure_matches!(b.set_if_absent("t", b"x", Some(0)), Err(Error::InvalidArgument(_)));
+        ensure_matches!(
+            b.set("t", b"x", Some(u64::MAX)),
+            Err(Error::InvalidArgument(_))
+        );
+        ensure_matches!(
+            b.set_if_absent("t", b"x", Some(0)),
+            Err(Error::InvalidArgument(_))
+        );
         ensure_matches!(b.get("t"), Ok(None));
         Ok(())
     });
     c.case("bad-bucket-names-are-invalid-name", || {
         let long = "b".repeat(101);
-        for bad in ["", ".", "..", ".hidden", "a/b", "a\\b", "a\0b", "with space", "ü", long.as_str()] {
+        for bad in [
+            "",
+            ".",
+            "..",
+            ".hidden",
+            "a/b",
+            "a\\b",
+            "a\0b",
+            "with space",
+            "ü",
+            long.as_str(),
+        ] {
             ensure_matches!(Bucket::open(bad).map(|_| ()), Err(Error::InvalidName(_)));
         }
         ok!(Bucket::open(&"b".repeat(100)).map(|_| ()));
         Ok(())
     });
     c.case("reserved-bucket-name-is-reserved-name", || {
-        ensure_matches!(Bucket::open("__alkstore_internal").map(|_| ()), Err(Error::ReservedName(_)));
+        ensure_matches!(
+            Bucket::open("__alkstore_internal").map(|_| ()),
+            Err(Error::ReservedName(_))
+        );
         Ok(())
     });
     c.finish();

@@ -17,20 +17,29 @@ use alk_guest::kv::Bucket;
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
-    let ttl = |i: usize| a.get(i).map(|t| t.parse::<u64>().expect("ttl-ms is a number"));
+    let ttl = |i: usize| {
+        a.get(i)
+            .map(|t| t.parse::<u64>().expect("ttl-ms is a number"))
+    };
     let result = match a.as_slice() {
-        ["get", bucket, key] => Bucket::open(bucket).and_then(|b| b.get(key)).map(|v| match v {
-            Some(v) => String::from_utf8_lossy(&v).into_owned(),
-            None => "(absent)".into(),
-        }),
+        ["get", bucket, key] => Bucket::open(bucket)
+            .and_then(|b| b.get(key))
+            .map(|v| match v {
+                Some(v) => String::from_utf8_lossy(&v).into_owned(),
+                None => "(absent)".into(),
+            }),
         ["set", bucket, key, value, ..] => Bucket::open(bucket)
             .and_then(|b| b.set(key, value.as_bytes(), ttl(4)))
             .map(|()| "ok".into()),
         ["set-if-absent", bucket, key, value, ..] => Bucket::open(bucket)
             .and_then(|b| b.set_if_absent(key, value.as_bytes(), ttl(4)))
             .map(|won| if won { "won" } else { "lost" }.into()),
-        ["exists", bucket, key] => Bucket::open(bucket).and_then(|b| b.exists(key)).map(|e| e.to_string()),
-        ["delete", bucket, key] => Bucket::open(bucket).and_then(|b| b.delete(key)).map(|()| "ok".into()),
+        ["exists", bucket, key] => Bucket::open(bucket)
+            .and_then(|b| b.exists(key))
+            .map(|e| e.to_string()),
+        ["delete", bucket, key] => Bucket::open(bucket)
+            .and_then(|b| b.delete(key))
+            .map(|()| "ok".into()),
         ["scan", bucket, prefix] => Bucket::open(bucket).and_then(|b| {
             let mut lines = Vec::new();
             let mut cursor = None;

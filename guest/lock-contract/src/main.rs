@@ -6,12 +6,18 @@ use alk_guest::lock;
 use alk_guest::{Contract, Error, ensure, ensure_matches, ok};
 
 fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
 }
 
 fn main() {
     let mut c = Contract::new();
-    let nonce = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos();
+    let nonce = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
     let fresh = |case: &str| format!("c{nonce}-{case}");
     let pause = |ms: u64| std::thread::sleep(Duration::from_millis(ms));
 
@@ -25,13 +31,19 @@ fn main() {
     c.case("a-held-lock-is-not-acquired-by-anyone-else", || {
         let name = fresh("held");
         let _l = ok!(lock::try_lock(&name, "alice", 60_000)).ok_or("not acquired")?;
-        ensure_matches!(lock::try_lock(&name, "bob", 60_000).map(|l| l.is_some()), Ok(false));
+        ensure_matches!(
+            lock::try_lock(&name, "bob", 60_000).map(|l| l.is_some()),
+            Ok(false)
+        );
         Ok(())
     });
     c.case("locks-are-not-re-entrant", || {
         let name = fresh("reentrant");
         let _l = ok!(lock::try_lock(&name, "alice", 60_000)).ok_or("not acquired")?;
-        ensure_matches!(lock::try_lock(&name, "alice", 60_000).map(|l| l.is_some()), Ok(false));
+        ensure_matches!(
+            lock::try_lock(&name, "alice", 60_000).map(|l| l.is_some()),
+            Ok(false)
+        );
         Ok(())
     });
     c.case("holder-reports-owner-deadline-and-token", || {
@@ -40,7 +52,11 @@ fn main() {
         let l = ok!(lock::try_lock(&name, "alice", 60_000)).ok_or("not acquired")?;
         let h = ok!(lock::holder(&name)).ok_or("no holder")?;
         ensure!(h.owner == "alice" && h.token == l.token());
-        ensure!(h.expires_at >= before + 59_000 && h.expires_at <= now_ms() + 61_000, "{}", h.expires_at);
+        ensure!(
+            h.expires_at >= before + 59_000 && h.expires_at <= now_ms() + 61_000,
+            "{}",
+            h.expires_at
+        );
         Ok(())
     });
     c.case("holder-of-a-free-lock-is-none", || {
@@ -84,18 +100,21 @@ fn main() {
         ensure_matches!(l.renew(1000), Ok(false));
         Ok(())
     });
-    c.case("an-expired-lock-is-taken-over-and-the-old-holder-loses-it", || {
-        let name = fresh("expiry");
-        let old = ok!(lock::try_lock(&name, "alice", 30)).ok_or("not acquired")?;
-        pause(50);
-        let new = ok!(lock::try_lock(&name, "bob", 60_000)).ok_or("not taken over")?;
-        ensure!(new.token() > old.token());
-        ensure_matches!(old.renew(60_000), Ok(false));
-        ensure_matches!(old.release(), Ok(false));
-        let h = ok!(lock::holder(&name)).ok_or("no holder")?;
-        ensure!(h.owner == "bob" && h.token == new.token());
-        Ok(())
-    });
+    c.case(
+        "an-expired-lock-is-taken-over-and-the-old-holder-loses-it",
+        || {
+            let name = fresh("expiry");
+            let old = ok!(lock::try_lock(&name, "alice", 30)).ok_or("not acquired")?;
+            pause(50);
+            let new = ok!(lock::try_lock(&name, "bob", 60_000)).ok_or("not taken over")?;
+            ensure!(new.token() > old.token());
+            ensure_matches!(old.renew(60_000), Ok(false));
+            ensure_matches!(old.release(), Ok(false));
+            let h = ok!(lock::holder(&name)).ok_or("no holder")?;
+            ensure!(h.owner == "bob" && h.token == new.token());
+            Ok(())
+        },
+    );
     c.case("the-same-owner-cannot-act-on-an-older-acquisition", || {
         let name = fresh("same-owner");
         let old = ok!(lock::try_lock(&name, "alice", 30)).ok_or("not acquired")?;
@@ -116,7 +135,10 @@ fn main() {
         }
         ensure!(last == 5);
         // Tokens are per name.
-        ensure_matches!(lock::try_lock(&fresh("tokens-other"), "a", 60_000).map(|l| l.map(|l| l.token())), Ok(Some(1)));
+        ensure_matches!(
+            lock::try_lock(&fresh("tokens-other"), "a", 60_000).map(|l| l.map(|l| l.token())),
+            Ok(Some(1))
+        );
         Ok(())
     });
     c.case("dropping-the-handle-releases-the-lock", || {
@@ -125,22 +147,38 @@ fn main() {
             let _l = ok!(lock::try_lock(&name, "alice", 60_000)).ok_or("not acquired")?;
         }
         ensure_matches!(lock::holder(&name), Ok(None));
-        ensure_matches!(lock::try_lock(&name, "bob", 60_000).map(|l| l.is_some()), Ok(true));
+        ensure_matches!(
+            lock::try_lock(&name, "bob", 60_000).map(|l| l.is_some()),
+            Ok(true)
+        );
         Ok(())
     });
-    c.case("wait-lock-takes-an-expired-lock-and-times-out-on-a-held-one", || {
-        let name = fresh("wait");
-        let held = ok!(lock::try_lock(&name, "alice", 30)).ok_or("not acquired")?;
-        // Held for 30 ms more: a 10 s wait gets it once it expires.
-        let next = ok!(lock::wait_lock(&name, "bob", 60_000, 10_000)).ok_or("wait-lock timed out")?;
-        ensure!(next.token() > held.token());
-        ensure_matches!(lock::wait_lock(&name, "carol", 60_000, 20).map(|l| l.is_some()), Ok(false));
-        Ok(())
-    });
+    c.case(
+        "wait-lock-takes-an-expired-lock-and-times-out-on-a-held-one",
+        || {
+            let name = fresh("wait");
+            let held = ok!(lock::try_lock(&name, "alice", 30)).ok_or("not acquired")?;
+            // Held for 30 ms more: a 10 s wait gets it once it expires.
+            let next =
+                ok!(lock::wait_lock(&name, "bob", 60_000, 10_000)).ok_or("wait-lock timed out")?;
+            ensure!(next.token() > held.token());
+            ensure_matches!(
+                lock::wait_lock(&name, "carol", 60_000, 20).map(|l| l.is_some()),
+                Ok(false)
+            );
+            Ok(())
+        },
+    );
     c.case("zero-or-overflowing-ttl-is-invalid-argument", || {
         let name = fresh("ttl");
-        ensure_matches!(lock::try_lock(&name, "alice", 0).map(|_| ()), Err(Error::InvalidArgument(_)));
-        ensure_matches!(lock::try_lock(&name, "alice", u64::MAX).map(|_| ()), Err(Error::InvalidArgument(_)));
+        ensure_matches!(
+            lock::try_lock(&name, "alice", 0).map(|_| ()),
+            Err(Error::InvalidArgument(_))
+        );
+        ensure_matches!(
+            lock::try_lock(&name, "alice", u64::MAX).map(|_| ()),
+            Err(Error::InvalidArgument(_))
+        );
         let l = ok!(lock::try_lock(&name, "alice", 60_000)).ok_or("not acquired")?;
         ensure_matches!(l.renew(0), Err(Error::InvalidArgument(_)));
         ensure_matches!(lock::holder(&name), Ok(Some(_)));
@@ -150,21 +188,42 @@ fn main() {
         let name = fresh("owner");
         let long = "o".repeat(257);
         for bad in ["", "a\0b", long.as_str()] {
-            ensure_matches!(lock::try_lock(&name, bad, 1000).map(|_| ()), Err(Error::InvalidArgument(_)));
+            ensure_matches!(
+                lock::try_lock(&name, bad, 1000).map(|_| ()),
+                Err(Error::InvalidArgument(_))
+            );
         }
-        ensure_matches!(lock::try_lock(&name, "worker 7 @ host:42 ✓", 1000).map(|l| l.is_some()), Ok(true));
+        ensure_matches!(
+            lock::try_lock(&name, "worker 7 @ host:42 ✓", 1000).map(|l| l.is_some()),
+            Ok(true)
+        );
         Ok(())
     });
     c.case("bad-lock-names-are-invalid-name", || {
         let long = "l".repeat(101);
-        for bad in ["", ".", "..", ".hidden", "a/b", "with space", "ü", long.as_str()] {
-            ensure_matches!(lock::try_lock(bad, "alice", 1000).map(|_| ()), Err(Error::InvalidName(_)));
+        for bad in [
+            "",
+            ".",
+            "..",
+            ".hidden",
+            "a/b",
+            "with space",
+            "ü",
+            long.as_str(),
+        ] {
+            ensure_matches!(
+                lock::try_lock(bad, "alice", 1000).map(|_| ()),
+                Err(Error::InvalidName(_))
+            );
             ensure_matches!(lock::holder(bad), Err(Error::InvalidName(_)));
         }
         Ok(())
     });
     c.case("reserved-lock-name-is-reserved-name", || {
-        ensure_matches!(lock::try_lock("__alkstore_scheduler", "alice", 1000).map(|_| ()), Err(Error::ReservedName(_)));
+        ensure_matches!(
+            lock::try_lock("__alkstore_scheduler", "alice", 1000).map(|_| ()),
+            Err(Error::ReservedName(_))
+        );
         Ok(())
     });
     c.finish();

@@ -34,10 +34,19 @@ fn num(s: &str) -> u64 {
 }
 
 fn now_us() -> u128 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_micros()
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_micros()
 }
 
-fn wait_for(name: &str, owner: &str, ttl: u64, every: Duration, timeout: Duration) -> Option<lock::Lock> {
+fn wait_for(
+    name: &str,
+    owner: &str,
+    ttl: u64,
+    every: Duration,
+    timeout: Duration,
+) -> Option<lock::Lock> {
     let start = Instant::now();
     loop {
         if let Some(l) = lock::try_lock(name, owner, ttl).unwrap_or_else(|e| fail(e)) {
@@ -64,7 +73,9 @@ fn main() {
                 std::thread::sleep(Duration::from_millis(num(work)));
                 let token = l.token();
                 let record = format!("{owner} {start} {}", now_us());
-                sections.set(&format!("{token:012}"), record.as_bytes(), None).unwrap_or_else(|e| fail(e));
+                sections
+                    .set(&format!("{token:012}"), record.as_bytes(), None)
+                    .unwrap_or_else(|e| fail(e));
                 let end = now_us();
                 if !l.release().unwrap_or_else(|e| fail(e)) {
                     println!("error: lock {token} expired inside its critical section");
@@ -75,7 +86,9 @@ fn main() {
         }
         ["hold", name, owner, ttl] => {
             let l = wait_for(name, owner, num(ttl), Duration::from_millis(1), forever).unwrap();
-            let info = lock::holder(name).unwrap_or_else(|e| fail(e)).expect("held");
+            let info = lock::holder(name)
+                .unwrap_or_else(|e| fail(e))
+                .expect("held");
             writeln!(out, "held {} {}", l.token(), info.expires_at).unwrap();
             out.flush().unwrap();
             loop {
@@ -92,9 +105,18 @@ fn main() {
             writeln!(out, "released {released}").unwrap();
         }
         ["acquire", name, owner, ttl, timeout] => {
-            match wait_for(name, owner, num(ttl), Duration::from_millis(5), Duration::from_millis(num(timeout))) {
+            match wait_for(
+                name,
+                owner,
+                num(ttl),
+                Duration::from_millis(5),
+                Duration::from_millis(num(timeout)),
+            ) {
                 Some(l) => {
-                    let at = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis();
+                    let at = SystemTime::now()
+                        .duration_since(UNIX_EPOCH)
+                        .unwrap()
+                        .as_millis();
                     writeln!(out, "acquired {} {at}", l.token()).unwrap();
                 }
                 None => {

@@ -7,24 +7,33 @@ use alk_guest::{Contract, Error, ensure, ensure_matches, ok};
 
 fn main() {
     let mut c = Contract::new();
-    let nonce = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos();
+    let nonce = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
     let fresh = |case: &str| format!("c{nonce}-{case}");
 
-    c.case("a-listener-sees-a-notification-sent-after-it-attached", || {
-        let ch = fresh("after");
-        let l = ok!(notify::listen(&ch));
-        ensure!(l.channel() == ch);
-        ok!(notify::notify(&ch));
-        ensure!(l.wait(5_000), "no wake");
-        Ok(())
-    });
-    c.case("a-listener-does-not-see-notifications-from-before-it-attached", || {
-        let ch = fresh("before");
-        ok!(notify::notify(&ch));
-        let l = ok!(notify::listen(&ch));
-        ensure!(!l.wait(30), "woke for an earlier notification");
-        Ok(())
-    });
+    c.case(
+        "a-listener-sees-a-notification-sent-after-it-attached",
+        || {
+            let ch = fresh("after");
+            let l = ok!(notify::listen(&ch));
+            ensure!(l.channel() == ch);
+            ok!(notify::notify(&ch));
+            ensure!(l.wait(5_000), "no wake");
+            Ok(())
+        },
+    );
+    c.case(
+        "a-listener-does-not-see-notifications-from-before-it-attached",
+        || {
+            let ch = fresh("before");
+            ok!(notify::notify(&ch));
+            let l = ok!(notify::listen(&ch));
+            ensure!(!l.wait(30), "woke for an earlier notification");
+            Ok(())
+        },
+    );
     c.case("a-wake-is-consumed", || {
         let ch = fresh("consumed");
         let l = ok!(notify::listen(&ch));
@@ -81,7 +90,10 @@ fn main() {
         Ok(())
     });
     c.case("reserved-channel-name-is-reserved-name", || {
-        ensure_matches!(notify::notify("__alkstore_listener_reconnected__"), Err(Error::ReservedName(_)));
+        ensure_matches!(
+            notify::notify("__alkstore_listener_reconnected__"),
+            Err(Error::ReservedName(_))
+        );
         Ok(())
     });
     c.finish();

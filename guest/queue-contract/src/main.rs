@@ -13,7 +13,10 @@ fn text(m: &Message) -> &str {
 
 fn main() {
     let mut c = Contract::new();
-    let nonce = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos();
+    let nonce = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
     // Every case gets a queue of its own, so cases never see each other's
     // messages and runs on a shared data directory never meet.
     let fresh = |case: &str| Queue::open(&format!("c{nonce}-{case}")).expect("open queue");
@@ -153,12 +156,26 @@ fn main() {
     });
     c.case("send-batch-and-ack-batch", || {
         let q = fresh("batches");
-        let ids = ok!(q.send_batch(&[Payload::Text("a".into()), Payload::Json("[1]".into()), Payload::Text("c".into())]));
-        ensure!(ids.len() == 3 && ids[0] < ids[1] && ids[1] < ids[2], "{ids:?}");
+        let ids = ok!(q.send_batch(&[
+            Payload::Text("a".into()),
+            Payload::Json("[1]".into()),
+            Payload::Text("c".into())
+        ]));
+        ensure!(
+            ids.len() == 3 && ids[0] < ids[1] && ids[1] < ids[2],
+            "{ids:?}"
+        );
         let got = ok!(q.receive(2, None));
-        let receipts = vec![got[0].receipt.clone(), got[1].receipt.clone(), "garbage".to_string()];
+        let receipts = vec![
+            got[0].receipt.clone(),
+            got[1].receipt.clone(),
+            "garbage".to_string(),
+        ];
         let outcomes = ok!(q.ack_batch(&receipts));
-        ensure!(outcomes == [AckOutcome::Acked, AckOutcome::Acked, AckOutcome::Gone], "{outcomes:?}");
+        ensure!(
+            outcomes == [AckOutcome::Acked, AckOutcome::Acked, AckOutcome::Gone],
+            "{outcomes:?}"
+        );
         ensure_matches!(q.receive(10, None), Ok(v) if v.len() == 1 && text(&v[0]) == "c");
         Ok(())
     });
@@ -170,24 +187,33 @@ fn main() {
         let again = ok!(q.receive(2, Some(60_000)));
         ensure!(again.len() == 2);
         let outcomes = ok!(q.ack_batch(&[first[0].receipt.clone(), again[1].receipt.clone()]));
-        ensure!(outcomes == [AckOutcome::Stale, AckOutcome::Acked], "{outcomes:?}");
+        ensure!(
+            outcomes == [AckOutcome::Stale, AckOutcome::Acked],
+            "{outcomes:?}"
+        );
         ok!(q.ack(&again[0].receipt));
         Ok(())
     });
     c.case("send-batch-is-all-or-nothing", || {
         let q = fresh("batch-atomic");
-        ensure_matches!(q.send_batch(&[Payload::Text("ok".into()), Payload::Json("{".into())]), Err(Error::InvalidArgument(_)));
+        ensure_matches!(
+            q.send_batch(&[Payload::Text("ok".into()), Payload::Json("{".into())]),
+            Err(Error::InvalidArgument(_))
+        );
         let too_many: Vec<Payload> = (0..1001).map(|i| Payload::Text(i.to_string())).collect();
         ensure_matches!(q.send_batch(&too_many), Err(Error::InvalidArgument(_)));
         ensure_matches!(q.receive(10, None), Ok(v) if v.is_empty());
         Ok(())
     });
-    c.case("receive-wait-returns-at-once-when-a-message-is-there", || {
-        let q = fresh("wait-now");
-        ok!(q.send(&Payload::Text("x".into())));
-        ensure_matches!(q.receive_wait(10, None, 60_000), Ok(v) if v.len() == 1);
-        Ok(())
-    });
+    c.case(
+        "receive-wait-returns-at-once-when-a-message-is-there",
+        || {
+            let q = fresh("wait-now");
+            ok!(q.send(&Payload::Text("x".into())));
+            ensure_matches!(q.receive_wait(10, None, 60_000), Ok(v) if v.len() == 1);
+            Ok(())
+        },
+    );
     c.case("receive-wait-times-out-with-an-empty-list", || {
         let q = fresh("wait-timeout");
         ensure_matches!(q.receive_wait(10, None, 30), Ok(v) if v.is_empty());
@@ -219,7 +245,10 @@ fn main() {
     c.case("invalid-json-is-invalid-argument", || {
         let q = fresh("bad-json");
         for bad in ["", "{", "{\"a\":}", "not json", "[1,]"] {
-            ensure_matches!(q.send(&Payload::Json(bad.into())), Err(Error::InvalidArgument(_)));
+            ensure_matches!(
+                q.send(&Payload::Json(bad.into())),
+                Err(Error::InvalidArgument(_))
+            );
         }
         ensure_matches!(q.receive(10, None), Ok(v) if v.is_empty());
         Ok(())
@@ -243,13 +272,27 @@ fn main() {
     });
     c.case("bad-queue-names-are-invalid-name", || {
         let long = "q".repeat(101);
-        for bad in ["", ".", "..", ".hidden", "a/b", "a\\b", "a\0b", "with space", "ü", long.as_str()] {
+        for bad in [
+            "",
+            ".",
+            "..",
+            ".hidden",
+            "a/b",
+            "a\\b",
+            "a\0b",
+            "with space",
+            "ü",
+            long.as_str(),
+        ] {
             ensure_matches!(Queue::open(bad).map(|_| ()), Err(Error::InvalidName(_)));
         }
         Ok(())
     });
     c.case("reserved-queue-name-is-reserved-name", || {
-        ensure_matches!(Queue::open("__alkstore_outbox").map(|_| ()), Err(Error::ReservedName(_)));
+        ensure_matches!(
+            Queue::open("__alkstore_outbox").map(|_| ()),
+            Err(Error::ReservedName(_))
+        );
         Ok(())
     });
     c.finish();

@@ -45,18 +45,24 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
     if a.len() < 2 {
-        eprintln!("usage: queue-tool <send|send-json|receive|ack|nack|purge|produce|consume|hold|drain> <queue> …");
+        eprintln!(
+            "usage: queue-tool <send|send-json|receive|ack|nack|purge|produce|consume|hold|drain> <queue> …"
+        );
         std::process::exit(2);
     }
     let q = Queue::open(a[1]).unwrap_or_else(|e| fail(e));
     let mut out = std::io::stdout().lock();
     match a.as_slice() {
         ["send", _, text] => {
-            let id = q.send(&Payload::Text(text.to_string())).unwrap_or_else(|e| fail(e));
+            let id = q
+                .send(&Payload::Text(text.to_string()))
+                .unwrap_or_else(|e| fail(e));
             writeln!(out, "{id}").unwrap();
         }
         ["send-json", _, json] => {
-            let id = q.send(&Payload::Json(json.to_string())).unwrap_or_else(|e| fail(e));
+            let id = q
+                .send(&Payload::Json(json.to_string()))
+                .unwrap_or_else(|e| fail(e));
             writeln!(out, "{id}").unwrap();
         }
         ["receive", _, max, rest @ ..] => {
@@ -80,7 +86,8 @@ fn main() {
         ["produce", _, count, tag] => {
             let count = num(count);
             for i in 0..count {
-                q.send(&Payload::Text(format!("{tag}-{i}"))).unwrap_or_else(|e| fail(e));
+                q.send(&Payload::Text(format!("{tag}-{i}")))
+                    .unwrap_or_else(|e| fail(e));
             }
             writeln!(out, "sent {count}").unwrap();
         }
@@ -110,7 +117,9 @@ fn main() {
             }
         }
         ["hold", _, max, vis] => {
-            let got = q.receive(num(max) as u32, Some(num(vis))).unwrap_or_else(|e| fail(e));
+            let got = q
+                .receive(num(max) as u32, Some(num(vis)))
+                .unwrap_or_else(|e| fail(e));
             for m in &got {
                 writeln!(out, "held {} {}", body(m), m.attempt).unwrap();
             }
@@ -121,7 +130,10 @@ fn main() {
             }
         }
         ["drain", _, min, max] => {
-            let (min, max) = (Duration::from_millis(num(min)), Duration::from_millis(num(max)));
+            let (min, max) = (
+                Duration::from_millis(num(min)),
+                Duration::from_millis(num(max)),
+            );
             let start = Instant::now();
             let mut n = 0;
             while start.elapsed() < max {

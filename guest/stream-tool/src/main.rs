@@ -54,7 +54,13 @@ fn main() {
                     continue;
                 }
                 for e in &events {
-                    writeln!(out, "ev {} {}", e.offset, String::from_utf8_lossy(&e.payload)).unwrap();
+                    writeln!(
+                        out,
+                        "ev {} {}",
+                        e.offset,
+                        String::from_utf8_lossy(&e.payload)
+                    )
+                    .unwrap();
                 }
                 sub.save().unwrap_or_else(|e| fail(e));
                 writeln!(out, "saved {}", sub.position()).unwrap();
@@ -63,10 +69,12 @@ fn main() {
             }
             writeln!(out, "done {}", sub.position()).unwrap();
         }
-        ["get-offset", s, consumer] => match stream::get_offset(s, consumer).unwrap_or_else(|e| fail(e)) {
-            Some(o) => writeln!(out, "{o}").unwrap(),
-            None => writeln!(out, "none").unwrap(),
-        },
+        ["get-offset", s, consumer] => {
+            match stream::get_offset(s, consumer).unwrap_or_else(|e| fail(e)) {
+                Some(o) => writeln!(out, "{o}").unwrap(),
+                None => writeln!(out, "none").unwrap(),
+            }
+        }
         _ => {
             eprintln!("usage: stream-tool <publish|follow|get-offset> <stream> …");
             std::process::exit(2);

@@ -38,7 +38,10 @@ fn num(s: &str) -> u64 {
 }
 
 fn now_us() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_micros() as u64
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64
 }
 
 fn say(line: &str) {
@@ -54,7 +57,11 @@ fn main() {
         ["receive-wait", q, timeout] => {
             let q = Queue::open(q).unwrap_or_else(|e| fail(e));
             say("waiting");
-            match q.receive_wait(1, None, num(timeout)).unwrap_or_else(|e| fail(e)).first() {
+            match q
+                .receive_wait(1, None, num(timeout))
+                .unwrap_or_else(|e| fail(e))
+                .first()
+            {
                 Some(m) => {
                     let body = match &m.payload {
                         Payload::Text(t) | Payload::Json(t) => t.clone(),
@@ -73,7 +80,11 @@ fn main() {
                 say("timeout");
             }
             for e in events {
-                say(&format!("ev {} {}", e.offset, String::from_utf8_lossy(&e.payload)));
+                say(&format!(
+                    "ev {} {}",
+                    e.offset,
+                    String::from_utf8_lossy(&e.payload)
+                ));
             }
         }
         ["wait-lock", name, owner, ttl, timeout] => {
@@ -90,7 +101,11 @@ fn main() {
         ["listen", channel, timeout] => {
             let l = notify::listen(channel).unwrap_or_else(|e| fail(e));
             say("waiting");
-            say(if l.wait(num(timeout)) { "woken" } else { "timeout" });
+            say(if l.wait(num(timeout)) {
+                "woken"
+            } else {
+                "timeout"
+            });
         }
         ["poll", q, s, channel, timeout] => {
             let q = Queue::open(q).unwrap_or_else(|e| fail(e));
@@ -100,7 +115,9 @@ fn main() {
                 q.subscribe(),
                 sub.subscribe(),
                 l.subscribe(),
-                alk_guest::wasi::clocks::monotonic_clock::subscribe_duration(num(timeout) * 1_000_000),
+                alk_guest::wasi::clocks::monotonic_clock::subscribe_duration(
+                    num(timeout) * 1_000_000,
+                ),
             ];
             say("waiting");
             let ready = poll::poll(&pollables.iter().collect::<Vec<_>>());
@@ -139,7 +156,9 @@ fn main() {
                     fail(alk_guest::Error::Internal("no ping".into()));
                 }
                 let woke = now_us();
-                bucket.set("pong-woke", woke.to_string().as_bytes(), None).unwrap_or_else(|e| fail(e));
+                bucket
+                    .set("pong-woke", woke.to_string().as_bytes(), None)
+                    .unwrap_or_else(|e| fail(e));
                 notify::notify("pong").unwrap_or_else(|e| fail(e));
             }
         }
@@ -173,7 +192,9 @@ fn main() {
             l.wait(num(ms));
         }
         _ => {
-            eprintln!("usage: wake-tool <receive-wait|next-wait|wait-lock|listen|poll|ping|pong|feed|follow|idle> …");
+            eprintln!(
+                "usage: wake-tool <receive-wait|next-wait|wait-lock|listen|poll|ping|pong|feed|follow|idle> …"
+            );
             std::process::exit(2);
         }
     }

@@ -121,7 +121,10 @@ impl RunCommand {
             DurabilityArg::Full => Durability::Full,
             DurabilityArg::Relaxed => Durability::Relaxed,
         };
-        let alk = AlkCtx::builder().data_dir(self.data_dir).durability(durability).build();
+        let alk = AlkCtx::builder()
+            .data_dir(self.data_dir)
+            .durability(durability)
+            .build();
         let cache_dir = self.cache.dir();
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -168,13 +171,19 @@ impl CompileCommand {
     /// Runs the command; the process exit code.
     pub fn execute(self) -> ExitCode {
         let Some(dir) = self.cache.dir() else {
-            eprintln!("alk-host: error: there is no cache to compile into (--no-cache, or no HOME); pass --cache-dir");
+            eprintln!(
+                "alk-host: error: there is no cache to compile into (--no-cache, or no HOME); pass --cache-dir"
+            );
             return ExitCode::from(HOST_FAILURE);
         };
         let result = Runner::with_cache(Some(&dir)).and_then(|runner| runner.load(&self.component));
         match result {
             Ok(_) => {
-                println!("compiled {} into {}", self.component.display(), dir.display());
+                println!(
+                    "compiled {} into {}",
+                    self.component.display(),
+                    dir.display()
+                );
                 ExitCode::SUCCESS
             }
             Err(e) => {

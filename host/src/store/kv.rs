@@ -232,7 +232,12 @@ impl KvStore {
     }
 
     /// Stores every entry with the same TTL, in one transaction.
-    pub async fn set_many(&self, entries: &[(String, Vec<u8>)], ttl_ms: Option<u64>, now: i64) -> AlkResult<()> {
+    pub async fn set_many(
+        &self,
+        entries: &[(String, Vec<u8>)],
+        ttl_ms: Option<u64>,
+        now: i64,
+    ) -> AlkResult<()> {
         super::check_batch("entries", entries.len())?;
         for (key, value) in entries {
             self.check_key(key)?;
@@ -385,7 +390,7 @@ impl KvStore {
 }
 
 async fn select(conn: &Connection, key: &str) -> Result<Option<(Vec<u8>, Option<i64>)>, Failure> {
-    let mut rows = query(&conn, SELECT, (key,)).await?;
+    let mut rows = query(conn, SELECT, (key,)).await?;
     let mut found = None;
     // Drain: an unfinished statement keeps its read snapshot open.
     while let Some(row) = rows.next().await? {

@@ -33,7 +33,10 @@ CREATE TABLE IF NOT EXISTS locks (
 ";
 
 /// The `locallock.v1` format.
-pub static FORMAT: Format = Format { marker: "locallock.v1", ddl: DDL };
+pub static FORMAT: Format = Format {
+    marker: "locallock.v1",
+    ddl: DDL,
+};
 
 /// Acquires a lock that is new, released or expired, in one statement; a
 /// returned row means acquired, with its token.
@@ -103,14 +106,18 @@ fn check_owner(owner: &str) -> AlkResult<()> {
         )));
     }
     if owner.contains('\0') {
-        return Err(AlkError::InvalidArgument("lock owner contains a NUL character".into()));
+        return Err(AlkError::InvalidArgument(
+            "lock owner contains a NUL character".into(),
+        ));
     }
     Ok(())
 }
 
 fn deadline(ttl_ms: u64, now: i64) -> AlkResult<i64> {
     if ttl_ms == 0 {
-        return Err(AlkError::InvalidArgument("ttl-ms is 0; a lock needs a TTL of at least 1 ms".into()));
+        return Err(AlkError::InvalidArgument(
+            "ttl-ms is 0; a lock needs a TTL of at least 1 ms".into(),
+        ));
     }
     i64::try_from(ttl_ms)
         .ok()
@@ -122,7 +129,10 @@ impl LockStore {
     /// Opens (creating on first use) the lock store under `data_dir`.
     pub async fn open(data_dir: &Path, policy: impl Into<super::StoreOptions>) -> AlkResult<Self> {
         let store = open_store(&lock_path(data_dir), &FORMAT, policy).await?;
-        Ok(LockStore { store, wakes: Wakes::for_data_dir(data_dir) })
+        Ok(LockStore {
+            store,
+            wakes: Wakes::for_data_dir(data_dir),
+        })
     }
 
     /// The store file.
@@ -132,7 +142,13 @@ impl LockStore {
 
     /// Takes `name` for `owner` until `now + ttl_ms` if it is free (never
     /// taken, released, or expired at `now`); `None` when someone holds it.
-    pub async fn try_lock(&self, name: &str, owner: &str, ttl_ms: u64, now: i64) -> AlkResult<Option<Acquired>> {
+    pub async fn try_lock(
+        &self,
+        name: &str,
+        owner: &str,
+        ttl_ms: u64,
+        now: i64,
+    ) -> AlkResult<Option<Acquired>> {
         check_name("lock", name)?;
         check_owner(owner)?;
         let expires_at = deadline(ttl_ms, now)?;
@@ -149,7 +165,11 @@ impl LockStore {
                 })
             })
             .await?;
-        Ok(token.map(|token| Acquired { name: name.to_string(), owner: owner.to_string(), token }))
+        Ok(token.map(|token| Acquired {
+            name: name.to_string(),
+            owner: owner.to_string(),
+            token,
+        }))
     }
 
     /// Sets the deadline of `lock` to `now + ttl_ms`; false when the
@@ -160,7 +180,9 @@ impl LockStore {
         let (name, owner) = (lock.name.as_str(), lock.owner.as_str());
         self.store
             .run(|conn: Connection| {
-                Box::pin(async move { Ok(exec(&conn, RENEW, (name, owner, token, expires_at, now)).await? == 1) })
+                Box::pin(async move {
+                    Ok(exec(&conn, RENEW, (name, owner, token, expires_at, now)).await? == 1)
+                })
             })
             .await
     }
@@ -173,7 +195,9 @@ impl LockStore {
         let released = self
             .store
             .run(|conn: Connection| {
-                Box::pin(async move { Ok(exec(&conn, RELEASE, (name, owner, token, now)).await? == 1) })
+                Box::pin(
+                    async move { Ok(exec(&conn, RELEASE, (name, owner, token, now)).await? == 1) },
+                )
             })
             .await?;
         if released {
@@ -248,31 +272,61 @@ mod tests {
     #[test]
     fn the_format_document_pins_the_ddl_and_every_statement() {
         let doc = squash(DOC);
-        for (name, sql) in [("DDL", DDL), ("ACQUIRE", ACQUIRE), ("RENEW", RENEW), ("RELEASE", RELEASE), ("HOLDER", HOLDER)] {
-            assert!(doc.contains(&squash(sql)), "{name} differs from docs/formats/locallock.v1.md");
+        for (name, sql) in [
+            ("DDL", DDL),
+            ("ACQUIRE", ACQUIRE),
+            ("RENEW", RENEW),
+            ("RELEASE", RELEASE),
+            ("HOLDER", HOLDER),
+        ] {
+            assert!(
+                doc.contains(&squash(sql)),
+                "{name} differs from docs/formats/locallock.v1.md"
+            );
         }
     }
 
     #[tokio::test]
     async fn expiry_renewal_and_takeover_follow_the_given_clock_exactly() {
         let dir = tempfile::tempdir().unwrap();
-        let s = LockStore::open(dir.path(), RetryPolicy::default()).await.unwrap();
+        let s = LockStore::open(dir.path(), RetryPolicy::default())
+            .await
+            .unwrap();
         let a = s.try_lock("l", "a", 100, 1_000).await.unwrap().unwrap();
         assert_eq!(a.token, 1);
         assert_eq!(s.try_lock("l", "b", 100, 1_099).await.unwrap(), None);
         assert!(s.renew(&a, 100, 1_099).await.unwrap());
         // Deadline now 1_199: held at 1_198, free at 1_199.
-        assert_eq!(s.holder("l", 1_198).await.unwrap().unwrap().expires_at, 1_199);
+        assert_eq!(
+            s.holder("l", 1_198).await.unwrap().unwrap().expires_at,
+            1_199
+        );
         assert_eq!(s.holder("l", 1_199).await.unwrap(), None);
-        assert!(!s.renew(&a, 100, 1_199).await.unwrap(), "late renew accepted");
+        assert!(
+            !s.renew(&a, 100, 1_199).await.unwrap(),
+            "late renew accepted"
+        );
         let b = s.try_lock("l", "b", 100, 1_199).await.unwrap().unwrap();
         assert_eq!(b.token, 2);
-        assert!(!s.release(&a, 1_200).await.unwrap(), "stale release accepted");
+        assert!(
+            !s.release(&a, 1_200).await.unwrap(),
+            "stale release accepted"
+        );
         // The same owner string again holds a different acquisition.
-        let a_again_stale = Acquired { token: 1, ..b.clone() };
+        let a_again_stale = Acquired {
+            token: 1,
+            ..b.clone()
+        };
         assert!(!s.release(&a_again_stale, 1_200).await.unwrap());
         assert!(s.release(&b, 1_200).await.unwrap());
         assert!(!s.release(&b, 1_200).await.unwrap());
-        assert_eq!(s.try_lock("l", "c", 100, 1_201).await.unwrap().unwrap().token, 3);
+        assert_eq!(
+            s.try_lock("l", "c", 100, 1_201)
+                .await
+                .unwrap()
+                .unwrap()
+                .token,
+            3
+        );
     }
 }

@@ -42,7 +42,10 @@ pub struct StoreOptions {
 
 impl From<RetryPolicy> for StoreOptions {
     fn from(retry: RetryPolicy) -> Self {
-        StoreOptions { retry, durability: Durability::default() }
+        StoreOptions {
+            retry,
+            durability: Durability::default(),
+        }
     }
 }
 use crate::error::{AlkError, AlkResult};
@@ -115,7 +118,10 @@ pub async fn open_store(
     format: &'static Format,
     opts: impl Into<StoreOptions>,
 ) -> AlkResult<Store> {
-    let StoreOptions { retry: policy, durability } = opts.into();
+    let StoreOptions {
+        retry: policy,
+        durability,
+    } = opts.into();
     let setup_err = |found: Option<String>, message: String| AlkError::StoreSetup {
         path: path.to_path_buf(),
         found,
@@ -261,7 +267,9 @@ impl Store {
         if !matches!(conn.is_autocommit(), Ok(true)) {
             return;
         }
-        let mut idle = self.db.idle[self.durability as usize].lock().unwrap_or_else(|p| p.into_inner());
+        let mut idle = self.db.idle[self.durability as usize]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         if idle.len() < MAX_IDLE {
             idle.push(conn);
         }

@@ -36,7 +36,10 @@ CREATE INDEX IF NOT EXISTS idx_messages_visible ON messages (visible_at, enqueue
 ";
 
 /// The `localqueue.v1` format.
-pub static FORMAT: Format = Format { marker: "localqueue.v1", ddl: DDL };
+pub static FORMAT: Format = Format {
+    marker: "localqueue.v1",
+    ddl: DDL,
+};
 
 /// Appends a message, due at once.
 pub const SEND: &str = "INSERT INTO messages (payload_type, payload_data, enqueued_at, visible_at, attempt) \
@@ -132,7 +135,13 @@ pub enum Settled {
 }
 
 /// Runs `sql` (ACK or NACK) for one parsed receipt and tells what it found.
-async fn settle_on(conn: &Connection, sql: &str, id: i64, uuid: &str, now: i64) -> Result<Settled, Failure> {
+async fn settle_on(
+    conn: &Connection,
+    sql: &str,
+    id: i64,
+    uuid: &str,
+    now: i64,
+) -> Result<Settled, Failure> {
     let changed = if sql == NACK {
         exec(conn, sql, (id, uuid, now)).await?
     } else {
@@ -146,7 +155,11 @@ async fn settle_on(conn: &Connection, sql: &str, id: i64, uuid: &str, now: i64) 
     while rows.next().await?.is_some() {
         exists = true;
     }
-    Ok(if exists { Settled::Stale } else { Settled::Gone })
+    Ok(if exists {
+        Settled::Stale
+    } else {
+        Settled::Gone
+    })
 }
 
 /// Checks and stores the text of a payload.
@@ -165,17 +178,27 @@ fn payload_parts(payload: &Payload) -> AlkResult<(&'static str, &str)> {
     if kind == "json"
         && let Err(e) = serde_json::from_str::<serde_json::Value>(data)
     {
-        return Err(AlkError::InvalidArgument(format!("payload is not valid JSON: {e}")));
+        return Err(AlkError::InvalidArgument(format!(
+            "payload is not valid JSON: {e}"
+        )));
     }
     Ok((kind, data))
 }
 
 impl QueueStore {
     /// Opens (creating on first use) queue `name` under `data_dir`.
-    pub async fn open(data_dir: &Path, name: &str, policy: impl Into<super::StoreOptions>) -> AlkResult<Self> {
+    pub async fn open(
+        data_dir: &Path,
+        name: &str,
+        policy: impl Into<super::StoreOptions>,
+    ) -> AlkResult<Self> {
         check_name("queue", name)?;
         let store = open_store(&queue_path(data_dir, name), &FORMAT, policy).await?;
-        Ok(QueueStore { store, wakes: Wakes::for_data_dir(data_dir), topic: format!("queue.{name}") })
+        Ok(QueueStore {
+            store,
+            wakes: Wakes::for_data_dir(data_dir),
+            topic: format!("queue.{name}"),
+        })
     }
 
     /// The queue's file.
@@ -202,7 +225,10 @@ impl QueueStore {
     /// Appends every payload at time `now` in one transaction; their ids.
     pub async fn send_batch(&self, payloads: &[Payload], now: i64) -> AlkResult<Vec<i64>> {
         super::check_batch("payloads", payloads.len())?;
-        let parts = payloads.iter().map(payload_parts).collect::<AlkResult<Vec<_>>>()?;
+        let parts = payloads
+            .iter()
+            .map(payload_parts)
+            .collect::<AlkResult<Vec<_>>>()?;
         let parts = &parts;
         let ids = self
             .store
@@ -226,7 +252,8 @@ impl QueueStore {
     /// Acknowledges every receipt in one transaction; what each found.
     pub async fn ack_batch(&self, receipts: &[String]) -> AlkResult<Vec<Settled>> {
         super::check_batch("receipts", receipts.len())?;
-        let parsed: Vec<Option<(i64, String)>> = receipts.iter().map(|r| parse_receipt(r)).collect();
+        let parsed: Vec<Option<(i64, String)>> =
+            receipts.iter().map(|r| parse_receipt(r)).collect();
         let parsed = &parsed;
         self.store
             .run_immediate(|conn: Connection| {
@@ -262,7 +289,11 @@ impl QueueStore {
 
     /// Waits until some message is due (by `clock`), or `deadline`. True
     /// when one is. A hint: another receiver may take it first.
-    pub async fn wait_due(&self, clock: &(dyn Fn() -> i64 + Send + Sync), deadline: Option<Instant>) -> AlkResult<bool> {
+    pub async fn wait_due(
+        &self,
+        clock: &(dyn Fn() -> i64 + Send + Sync),
+        deadline: Option<Instant>,
+    ) -> AlkResult<bool> {
         let found = self
             .wakes
             .wait_for(&self.topic, deadline, || {
@@ -301,7 +332,11 @@ impl QueueStore {
                     }
                     let got = self.receive(max, visibility_ms, now).await?;
                     // Empty: another receiver was faster; wait again.
-                    Ok(if got.is_empty() { Check::NotYet(None) } else { Check::Ready(got) })
+                    Ok(if got.is_empty() {
+                        Check::NotYet(None)
+                    } else {
+                        Check::Ready(got)
+                    })
                 })
             })
             .await?;
@@ -309,15 +344,24 @@ impl QueueStore {
     }
 
     /// Claims up to `max` due messages at `now` for `visibility_ms`.
-    pub async fn receive(&self, max: u32, visibility_ms: Option<u64>, now: i64) -> AlkResult<Vec<Delivery>> {
+    pub async fn receive(
+        &self,
+        max: u32,
+        visibility_ms: Option<u64>,
+        now: i64,
+    ) -> AlkResult<Vec<Delivery>> {
         let visibility = visibility_ms.unwrap_or(DEFAULT_VISIBILITY_MS);
         if visibility == 0 {
-            return Err(AlkError::InvalidArgument("visibility-ms is 0; it must be at least 1".into()));
+            return Err(AlkError::InvalidArgument(
+                "visibility-ms is 0; it must be at least 1".into(),
+            ));
         }
         let visible_at = i64::try_from(visibility)
             .ok()
             .and_then(|v| now.checked_add(v))
-            .ok_or_else(|| AlkError::InvalidArgument(format!("visibility-ms {visibility} overflows the clock")))?;
+            .ok_or_else(|| {
+                AlkError::InvalidArgument(format!("visibility-ms {visibility} overflows the clock"))
+            })?;
         let max = i64::from(max.clamp(1, MAX_RECEIVE));
         self.store
             .run_immediate(|conn: Connection| {
@@ -336,7 +380,8 @@ impl QueueStore {
                         // Drain: a live RETURNING statement makes the next
                         // write on this connection fail with Busy.
                         while let Some(row) = rows.next().await? {
-                            claimed = Some((row.get_value(0)?, row.get_value(1)?, row.get::<i64>(2)?));
+                            claimed =
+                                Some((row.get_value(0)?, row.get_value(1)?, row.get::<i64>(2)?));
                         }
                         drop(rows);
                         let Some((kind, data, attempt)) = claimed else {
@@ -374,7 +419,9 @@ impl QueueStore {
         let uuid = uuid.as_str();
         let outcome = self
             .store
-            .run_immediate(|conn: Connection| Box::pin(async move { settle_on(&conn, sql, id, uuid, now).await }))
+            .run_immediate(|conn: Connection| {
+                Box::pin(async move { settle_on(&conn, sql, id, uuid, now).await })
+            })
             .await?;
         match outcome {
             Settled::Done | Settled::Gone => Ok(()),
@@ -434,22 +481,40 @@ mod tests {
             ("PURGE", PURGE),
             ("NEXT_VISIBLE", NEXT_VISIBLE),
         ] {
-            assert!(doc.contains(&squash(sql)), "{name} differs from docs/formats/localqueue.v1.md");
+            assert!(
+                doc.contains(&squash(sql)),
+                "{name} differs from docs/formats/localqueue.v1.md"
+            );
         }
     }
 
     #[test]
     fn receipts_parse_only_when_this_store_could_have_issued_them() {
         let uuid = "67e55044-10b1-426f-9247-bb680e5fe0c8";
-        assert_eq!(parse_receipt(&format!("12:{uuid}")), Some((12, uuid.to_string())));
-        for bad in ["", "12", ":", "12:", &format!(":{uuid}"), &format!("0:{uuid}"), &format!("-1:{uuid}"),
-            "12:not-a-uuid", &format!("x:{uuid}"), &format!("12:{uuid}{}", "0".repeat(200))] {
+        assert_eq!(
+            parse_receipt(&format!("12:{uuid}")),
+            Some((12, uuid.to_string()))
+        );
+        for bad in [
+            "",
+            "12",
+            ":",
+            "12:",
+            &format!(":{uuid}"),
+            &format!("0:{uuid}"),
+            &format!("-1:{uuid}"),
+            "12:not-a-uuid",
+            &format!("x:{uuid}"),
+            &format!("12:{uuid}{}", "0".repeat(200)),
+        ] {
             assert_eq!(parse_receipt(bad), None, "{bad:?}");
         }
     }
 
     async fn queue(dir: &Path) -> QueueStore {
-        QueueStore::open(dir, "q", RetryPolicy::default()).await.unwrap()
+        QueueStore::open(dir, "q", RetryPolicy::default())
+            .await
+            .unwrap()
     }
 
     #[tokio::test]
@@ -464,7 +529,10 @@ mod tests {
         let second = q.receive(10, Some(500), 1_500).await.unwrap();
         assert_eq!(second[0].attempt, 2);
         assert_ne!(second[0].receipt, first[0].receipt);
-        assert!(matches!(q.ack(&first[0].receipt).await, Err(AlkError::StaleReceipt(_))));
+        assert!(matches!(
+            q.ack(&first[0].receipt).await,
+            Err(AlkError::StaleReceipt(_))
+        ));
         q.nack(&second[0].receipt, 1_600).await.unwrap();
         let third = q.receive(10, None, 1_600).await.unwrap();
         assert_eq!(third[0].attempt, 3);
@@ -485,7 +553,10 @@ mod contention_tests {
     #[tokio::test]
     async fn a_write_lock_held_past_the_deadline_is_busy_and_writes_nothing() {
         let dir = tempfile::tempdir().unwrap();
-        let policy = RetryPolicy { deadline: Duration::from_millis(300), ..RetryPolicy::default() };
+        let policy = RetryPolicy {
+            deadline: Duration::from_millis(300),
+            ..RetryPolicy::default()
+        };
         let q = QueueStore::open(dir.path(), "q", policy).await.unwrap();
         // Another writer holds the write lock.
         let holder = q.store.check_out().await.unwrap();
@@ -511,7 +582,12 @@ mod contention_tests {
     fn cpu_time() -> Duration {
         // utime + stime of this process, from /proc (Linux).
         let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-        let fields: Vec<&str> = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("").split_whitespace().collect();
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map(|(_, r)| r)
+            .unwrap_or("")
+            .split_whitespace()
+            .collect();
         let ticks: u64 = fields.get(11).and_then(|u| u.parse().ok()).unwrap_or(0)
             + fields.get(12).and_then(|s| s.parse().ok()).unwrap_or(0);
         Duration::from_millis(ticks * 10)

@@ -46,7 +46,10 @@ CREATE TABLE IF NOT EXISTS consumer_offsets (
 ";
 
 /// The `localstream.v1` format.
-pub static FORMAT: Format = Format { marker: "localstream.v1", ddl: DDL };
+pub static FORMAT: Format = Format {
+    marker: "localstream.v1",
+    ddl: DDL,
+};
 
 /// Assigns the next offset of a stream (1 for a new stream).
 pub const NEXT_OFFSET: &str = "INSERT INTO streams (stream, last_offset) VALUES (?1, 1) \
@@ -134,9 +137,17 @@ fn to_i64(what: &str, v: u64) -> AlkResult<i64> {
 
 impl StreamStore {
     /// Opens (creating on first use) the stream store under `data_dir`.
-    pub async fn open(data_dir: &Path, limits: StreamLimits, policy: impl Into<super::StoreOptions>) -> AlkResult<Self> {
+    pub async fn open(
+        data_dir: &Path,
+        limits: StreamLimits,
+        policy: impl Into<super::StoreOptions>,
+    ) -> AlkResult<Self> {
         let store = open_store(&stream_path(data_dir), &FORMAT, policy).await?;
-        Ok(StreamStore { store, limits, wakes: Wakes::for_data_dir(data_dir) })
+        Ok(StreamStore {
+            store,
+            limits,
+            wakes: Wakes::for_data_dir(data_dir),
+        })
     }
 
     /// The store file.
@@ -165,7 +176,9 @@ impl StreamStore {
                 });
             }
             if key.contains('\0') {
-                return Err(AlkError::InvalidArgument("event key contains a NUL character".into()));
+                return Err(AlkError::InvalidArgument(
+                    "event key contains a NUL character".into(),
+                ));
             }
         }
         if payload.len() > self.limits.max_payload_bytes {
@@ -179,11 +192,19 @@ impl StreamStore {
     }
 
     /// Appends an event; returns its offset.
-    pub async fn publish(&self, stream: &str, key: Option<&str>, payload: &[u8], now: i64) -> AlkResult<u64> {
+    pub async fn publish(
+        &self,
+        stream: &str,
+        key: Option<&str>,
+        payload: &[u8],
+        now: i64,
+    ) -> AlkResult<u64> {
         self.check_publish(stream, key, payload)?;
         let offset = self
             .store
-            .run_immediate(|conn: Connection| Box::pin(async move { publish_on(&conn, stream, key, payload, now).await }))
+            .run_immediate(|conn: Connection| {
+                Box::pin(async move { publish_on(&conn, stream, key, payload, now).await })
+            })
             .await?;
         self.wakes.signal(&topic(stream));
         Ok(offset)
@@ -191,7 +212,12 @@ impl StreamStore {
 
     /// Appends every `(key, payload)` to `stream` in one transaction; their
     /// offsets.
-    pub async fn publish_batch(&self, stream: &str, events: &[(Option<String>, Vec<u8>)], now: i64) -> AlkResult<Vec<u64>> {
+    pub async fn publish_batch(
+        &self,
+        stream: &str,
+        events: &[(Option<String>, Vec<u8>)],
+        now: i64,
+    ) -> AlkResult<Vec<u64>> {
         super::check_batch("events", events.len())?;
         for (key, payload) in events {
             self.check_publish(stream, key.as_deref(), payload)?;
@@ -203,7 +229,8 @@ impl StreamStore {
                 Box::pin(async move {
                     let mut offsets = Vec::with_capacity(events.len());
                     for (key, payload) in events {
-                        offsets.push(publish_on(&conn, stream, key.as_deref(), payload, now).await?);
+                        offsets
+                            .push(publish_on(&conn, stream, key.as_deref(), payload, now).await?);
                     }
                     Ok(offsets)
                 })
@@ -285,7 +312,9 @@ impl StreamStore {
         check_save(stream, consumer)?;
         let offset = to_i64("offset", offset)?;
         self.store
-            .run_immediate(|conn: Connection| Box::pin(async move { save_offset_on(&conn, stream, consumer, offset).await }))
+            .run_immediate(|conn: Connection| {
+                Box::pin(async move { save_offset_on(&conn, stream, consumer, offset).await })
+            })
             .await
     }
 
@@ -312,7 +341,9 @@ impl StreamStore {
         check_name("stream", stream)?;
         let horizon = to_i64("horizon", horizon)?;
         self.store
-            .run(|conn: Connection| Box::pin(async move { Ok(exec(&conn, TRIM, (stream, horizon)).await?) }))
+            .run(|conn: Connection| {
+                Box::pin(async move { Ok(exec(&conn, TRIM, (stream, horizon)).await?) })
+            })
             .await
     }
 
@@ -339,20 +370,26 @@ async fn publish_on(
     payload: &[u8],
     now: i64,
 ) -> Result<u64, Failure> {
-    let mut rows = query(&conn, NEXT_OFFSET, (stream,)).await?;
+    let mut rows = query(conn, NEXT_OFFSET, (stream,)).await?;
     let mut offset = None;
     // Drain: a live RETURNING statement blocks the next write.
     while let Some(row) = rows.next().await? {
         offset = Some(row.get::<i64>(0)?);
     }
     drop(rows);
-    let offset = offset.ok_or_else(|| Failure::Alk(AlkError::Internal("no offset was assigned".into())))?;
-    exec(&conn, APPEND, (stream, offset, key, payload.to_vec(), now)).await?;
+    let offset =
+        offset.ok_or_else(|| Failure::Alk(AlkError::Internal("no offset was assigned".into())))?;
+    exec(conn, APPEND, (stream, offset, key, payload.to_vec(), now)).await?;
     Ok(offset as u64)
 }
 
-async fn save_offset_on(conn: &Connection, stream: &str, consumer: &str, offset: i64) -> Result<(), Failure> {
-    let mut rows = query(&conn, LAST_OFFSET, (stream,)).await?;
+async fn save_offset_on(
+    conn: &Connection,
+    stream: &str,
+    consumer: &str,
+    offset: i64,
+) -> Result<(), Failure> {
+    let mut rows = query(conn, LAST_OFFSET, (stream,)).await?;
     let mut last = 0i64;
     while let Some(row) = rows.next().await? {
         last = row.get::<i64>(0)?;
@@ -363,7 +400,7 @@ async fn save_offset_on(conn: &Connection, stream: &str, consumer: &str, offset:
             "offset {offset} is beyond the last offset {last} of stream {stream:?}"
         ))));
     }
-    exec(&conn, SAVE_OFFSET, (stream, consumer, offset)).await?;
+    exec(conn, SAVE_OFFSET, (stream, consumer, offset)).await?;
     Ok(())
 }
 
@@ -396,7 +433,9 @@ pub struct StreamTx {
 
 impl std::fmt::Debug for StreamTx {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StreamTx").field("store", &self.store.path()).finish_non_exhaustive()
+        f.debug_struct("StreamTx")
+            .field("store", &self.store.path())
+            .finish_non_exhaustive()
     }
 }
 
@@ -425,7 +464,9 @@ impl StreamTx {
         let conn = match &*state {
             TxState::Open(conn) => conn.clone(),
             TxState::Finished => {
-                return Err(AlkError::InvalidArgument("the transaction is already finished".into()));
+                return Err(AlkError::InvalidArgument(
+                    "the transaction is already finished".into(),
+                ));
             }
             TxState::Aborted(why) => return Err(AlkError::TransactionAborted(why.clone())),
             TxState::NotStarted => unreachable!("begun above"),
@@ -461,7 +502,13 @@ impl StreamTx {
     }
 
     /// Appends an event inside the transaction; returns its offset.
-    pub async fn publish(&self, stream: &str, key: Option<&str>, payload: &[u8], now: i64) -> AlkResult<u64> {
+    pub async fn publish(
+        &self,
+        stream: &str,
+        key: Option<&str>,
+        payload: &[u8],
+        now: i64,
+    ) -> AlkResult<u64> {
         self.store.check_publish(stream, key, payload)?;
         let offset = self
             .with_conn(async |conn: &Connection| publish_on(conn, stream, key, payload, now).await)
@@ -477,7 +524,10 @@ impl StreamTx {
     pub async fn save_offset(&self, stream: &str, consumer: &str, offset: u64) -> AlkResult<()> {
         check_save(stream, consumer)?;
         let offset = to_i64("offset", offset)?;
-        self.with_conn(async |conn: &Connection| save_offset_on(conn, stream, consumer, offset).await).await
+        self.with_conn(async |conn: &Connection| {
+            save_offset_on(conn, stream, consumer, offset).await
+        })
+        .await
     }
 
     /// Makes everything done in the transaction durable and visible.
@@ -488,7 +538,9 @@ impl StreamTx {
             TxState::Open(conn) => match conn.execute("COMMIT", ()).await {
                 Ok(_) => {
                     self.store.store.check_in(conn);
-                    let published = std::mem::take(&mut *self.published.lock().unwrap_or_else(|p| p.into_inner()));
+                    let published = std::mem::take(
+                        &mut *self.published.lock().unwrap_or_else(|p| p.into_inner()),
+                    );
                     for stream in published {
                         self.store.wakes.signal(&topic(&stream));
                     }
@@ -501,7 +553,9 @@ impl StreamTx {
                     Err(AlkError::TransactionAborted(why))
                 }
             },
-            TxState::Finished => Err(AlkError::InvalidArgument("the transaction is already finished".into())),
+            TxState::Finished => Err(AlkError::InvalidArgument(
+                "the transaction is already finished".into(),
+            )),
             TxState::Aborted(why) => {
                 *state = TxState::Aborted(why.clone());
                 Err(AlkError::TransactionAborted(why))
@@ -512,10 +566,10 @@ impl StreamTx {
     /// Discards everything done in the transaction.
     pub async fn rollback(&self) {
         let mut state = self.state.lock().await;
-        if let TxState::Open(conn) = std::mem::replace(&mut *state, TxState::Finished) {
-            if conn.execute("ROLLBACK", ()).await.is_ok() {
-                self.store.store.check_in(conn);
-            }
+        if let TxState::Open(conn) = std::mem::replace(&mut *state, TxState::Finished)
+            && conn.execute("ROLLBACK", ()).await.is_ok()
+        {
+            self.store.store.check_in(conn);
         }
     }
 }
@@ -524,7 +578,9 @@ impl Drop for StreamTx {
     fn drop(&mut self) {
         // Dropped while open (a guest that trapped or was torn down): roll
         // back on the runtime, since a drop cannot wait.
-        let Ok(mut state) = self.state.try_lock() else { return };
+        let Ok(mut state) = self.state.try_lock() else {
+            return;
+        };
         if let TxState::Open(conn) = std::mem::replace(&mut *state, TxState::Finished)
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
@@ -559,12 +615,17 @@ mod tests {
             ("GET_OFFSET", GET_OFFSET),
             ("TRIM", TRIM),
         ] {
-            assert!(doc.contains(&squash(sql)), "{name} differs from docs/formats/localstream.v1.md");
+            assert!(
+                doc.contains(&squash(sql)),
+                "{name} differs from docs/formats/localstream.v1.md"
+            );
         }
     }
 
     async fn store(dir: &Path) -> StreamStore {
-        StreamStore::open(dir, StreamLimits::default(), RetryPolicy::default()).await.unwrap()
+        StreamStore::open(dir, StreamLimits::default(), RetryPolicy::default())
+            .await
+            .unwrap()
     }
 
     #[tokio::test]
@@ -580,7 +641,10 @@ mod tests {
         s.save_offset("s", "c", 4).await.unwrap();
         s.save_offset("s", "c", 2).await.unwrap();
         assert_eq!(s.get_offset("s", "c").await.unwrap(), Some(4));
-        assert!(matches!(s.save_offset("s", "c", 7).await, Err(AlkError::InvalidArgument(_))));
+        assert!(matches!(
+            s.save_offset("s", "c", 7).await,
+            Err(AlkError::InvalidArgument(_))
+        ));
         let read = s.read_since("s", 0, 10).await.unwrap();
         assert_eq!(read.iter().map(|e| e.offset).collect::<Vec<_>>(), [6]);
         let other = s.read_since("other", 0, 10).await.unwrap();
@@ -604,18 +668,29 @@ mod tests {
         tx.commit().await.unwrap();
         assert_eq!(s.read_since("out", 0, 10).await.unwrap().len(), 1);
         assert_eq!(s.get_offset("in", "worker").await.unwrap(), Some(1));
-        assert!(matches!(tx.commit().await, Err(AlkError::InvalidArgument(_))));
+        assert!(matches!(
+            tx.commit().await,
+            Err(AlkError::InvalidArgument(_))
+        ));
     }
 
     #[tokio::test]
     async fn a_transaction_held_past_its_limit_is_rolled_back() {
         let dir = tempfile::tempdir().unwrap();
-        let limits = StreamLimits { max_transaction: Duration::from_millis(100), ..StreamLimits::default() };
-        let s = StreamStore::open(dir.path(), limits, RetryPolicy::default()).await.unwrap();
+        let limits = StreamLimits {
+            max_transaction: Duration::from_millis(100),
+            ..StreamLimits::default()
+        };
+        let s = StreamStore::open(dir.path(), limits, RetryPolicy::default())
+            .await
+            .unwrap();
         let tx = s.transaction();
         tx.publish("s", None, b"late", 0).await.unwrap();
         tokio::time::sleep(Duration::from_millis(300)).await;
-        assert!(matches!(tx.commit().await, Err(AlkError::TransactionAborted(_))));
+        assert!(matches!(
+            tx.commit().await,
+            Err(AlkError::TransactionAborted(_))
+        ));
         // The lock is free again and nothing was applied.
         assert_eq!(s.publish("s", None, b"next", 0).await.unwrap(), 1);
     }

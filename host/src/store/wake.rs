@@ -99,7 +99,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl Wakes {
     /// The wakes of the data directory `data_dir` (which must exist).
     pub fn for_data_dir(data_dir: &Path) -> Wakes {
-        let key = data_dir.canonicalize().unwrap_or_else(|_| data_dir.to_path_buf());
+        let key = data_dir
+            .canonicalize()
+            .unwrap_or_else(|_| data_dir.to_path_buf());
         lock(&REGISTRY)
             .entry(key.clone())
             .or_insert_with(|| Wakes {
@@ -115,7 +117,10 @@ impl Wakes {
 
     /// The topic `name` in this process.
     pub fn topic(&self, name: &str) -> Arc<Topic> {
-        lock(&self.inner.topics).entry(name.to_string()).or_default().clone()
+        lock(&self.inner.topics)
+            .entry(name.to_string())
+            .or_default()
+            .clone()
     }
 
     /// Announces a committed change on `topic` to waiters in this and
@@ -131,8 +136,11 @@ impl Wakes {
                 .create(true)
                 .truncate(false)
                 .write(true)
-                .open(self.inner.dir.join(format!("{topic}@{}", std::process::id())))
-            {
+                .open(
+                    self.inner
+                        .dir
+                        .join(format!("{topic}@{}", std::process::id())),
+                ) {
                 Ok(f) => {
                     files.insert(topic.to_string(), f);
                 }
@@ -208,32 +216,39 @@ fn watch(inner: Arc<Inner>) -> std::io::Result<()> {
         }
     }
     let mut inotify = Inotify::init()?;
-    inotify.watches().add(&inner.dir, WatchMask::MODIFY | WatchMask::CLOSE_WRITE)?;
-    std::thread::Builder::new().name("alk-wake".into()).spawn(move || {
-        let mut buffer = [0u8; 4096];
-        loop {
-            let Ok(events) = inotify.read_events_blocking(&mut buffer) else {
-                // The fallback re-reads keep waiters going without us.
-                return;
-            };
-            let mut woken: Vec<String> = Vec::new();
-            for event in events {
-                let Some((topic, pid)) = event.name.and_then(|n| n.to_str()).and_then(|n| n.rsplit_once('@'))
-                else {
-                    continue;
+    inotify
+        .watches()
+        .add(&inner.dir, WatchMask::MODIFY | WatchMask::CLOSE_WRITE)?;
+    std::thread::Builder::new()
+        .name("alk-wake".into())
+        .spawn(move || {
+            let mut buffer = [0u8; 4096];
+            loop {
+                let Ok(events) = inotify.read_events_blocking(&mut buffer) else {
+                    // The fallback re-reads keep waiters going without us.
+                    return;
                 };
-                if pid != me && !woken.iter().any(|w| w == topic) {
-                    woken.push(topic.to_string());
+                let mut woken: Vec<String> = Vec::new();
+                for event in events {
+                    let Some((topic, pid)) = event
+                        .name
+                        .and_then(|n| n.to_str())
+                        .and_then(|n| n.rsplit_once('@'))
+                    else {
+                        continue;
+                    };
+                    if pid != me && !woken.iter().any(|w| w == topic) {
+                        woken.push(topic.to_string());
+                    }
+                }
+                let topics = lock(&inner.topics);
+                for name in woken {
+                    if let Some(t) = topics.get(&name) {
+                        t.wake();
+                    }
                 }
             }
-            let topics = lock(&inner.topics);
-            for name in woken {
-                if let Some(t) = topics.get(&name) {
-                    t.wake();
-                }
-            }
-        }
-    })?;
+        })?;
     Ok(())
 }
 
@@ -260,7 +275,11 @@ mod tests {
                     .wait_for("t", Some(Instant::now() + Duration::from_secs(30)), || {
                         let f = f.clone();
                         Box::pin(async move {
-                            Ok(if f.load(Ordering::SeqCst) == 1 { Check::Ready(()) } else { Check::NotYet(None) })
+                            Ok(if f.load(Ordering::SeqCst) == 1 {
+                                Check::Ready(())
+                            } else {
+                                Check::NotYet(None)
+                            })
                         })
                     })
                     .await
@@ -270,11 +289,17 @@ mod tests {
         flag.store(1, Ordering::SeqCst);
         wakes.signal("t");
         assert!(waiter.await.unwrap().unwrap().is_some());
-        assert!(dir.path().join(format!("wake/t@{}", std::process::id())).exists());
+        assert!(
+            dir.path()
+                .join(format!("wake/t@{}", std::process::id()))
+                .exists()
+        );
         let timed_out = wakes
-            .wait_for("t", Some(Instant::now() + Duration::from_millis(30)), || {
-                Box::pin(async { Ok(Check::<()>::NotYet(None)) })
-            })
+            .wait_for(
+                "t",
+                Some(Instant::now() + Duration::from_millis(30)),
+                || Box::pin(async { Ok(Check::<()>::NotYet(None)) }),
+            )
             .await
             .unwrap();
         assert!(timed_out.is_none());

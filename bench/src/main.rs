@@ -1,0 +1,595 @@
+//! The native side of `cargo xtask bench`.
+//!
+//! `alk-bench op <turso|sqlite> <full|relaxed> <op> <n> <tag> <data-dir>`
+//! runs the same operations as the `bench-guest` guest, with the same SQL:
+//! - `turso`: alk's storage layer called directly from Rust — the same
+//!   statements, the same connection strategy (pooled connections, cached
+//!   prepared statements), the same retries — without a guest or host glue;
+//! - `sqlite`: stock SQLite through rusqlite, WAL mode, one connection with
+//!   cached prepared statements, `synchronous` FULL or NORMAL to match.
+//!
+//! It prints `ops <n> <elapsed-µs> <start-µs> <end-µs>` like the guest.
+//!
+//! `alk-bench instances <count> <wake-tool.wasm> <data-dir> <cache-dir>`
+//! runs `count` guests at once in one process, each blocked in a wait, and
+//! prints `rss <before-KiB> <with-count-KiB>`.
+
+use std::path::Path;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use alk_host::store::kv::{self, KvLimits, KvStore};
+use alk_host::store::lock::{self, LockStore};
+use alk_host::store::queue::{self, Payload, QueueStore};
+use alk_host::store::stream::{self, StreamLimits, StreamStore};
+use alk_host::store::{RetryPolicy, StoreOptions};
+use alk_host::{AlkCtx, Durability, RunOptions, Runner};
+use rusqlite::{Connection, params};
+
+fn wall_us() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_micros()
+}
+
+fn now_ms() -> i64 {
+    (wall_us() / 1000) as i64
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    match a.as_slice() {
+        ["op", engine, durability, op, n, tag, dir] => {
+            let n: usize = n.parse().expect("n");
+            let relaxed = *durability == "relaxed";
+            let (done, elapsed, start, end) = match *engine {
+                "turso" => runtime.block_on(turso(op, n, tag, Path::new(dir), relaxed)),
+                "turso-fresh" | "turso-reused" => runtime.block_on(turso_raw(
+                    *engine == "turso-fresh",
+                    op,
+                    n,
+                    Path::new(dir),
+                    relaxed,
+                )),
+                "sqlite" => sqlite(op, n, tag, Path::new(dir), relaxed),
+                other => panic!("unknown engine {other}"),
+            };
+            println!("ops {done} {elapsed} {start} {end}");
+        }
+        ["instances", count, guest, dir, cache] => {
+            let count: usize = count.parse().expect("count");
+            runtime.block_on(instances(
+                count,
+                Path::new(guest),
+                Path::new(dir),
+                Path::new(cache),
+            ));
+        }
+        _ => {
+            eprintln!(
+                "usage: alk-bench op <turso|sqlite> <full|relaxed> <op> <n> <tag> <dir> | instances <count> <guest> <dir> <cache>"
+            );
+            std::process::exit(2);
+        }
+    }
+}
+
+type Timing = (usize, u128, u128, u128);
+
+async fn turso(op: &str, n: usize, tag: &str, dir: &Path, relaxed: bool) -> Timing {
+    let opts = StoreOptions {
+        retry: RetryPolicy::default(),
+        durability: if relaxed {
+            Durability::Relaxed
+        } else {
+            Durability::Full
+        },
+    };
+    let value = vec![7u8; 100];
+    let text = "x".repeat(100);
+    let b = KvStore::open(dir, "bench", KvLimits::default(), opts)
+        .await
+        .unwrap();
+    let q = QueueStore::open(dir, "bench", opts).await.unwrap();
+    let s = StreamStore::open(dir, StreamLimits::default(), opts)
+        .await
+        .unwrap();
+    let l = LockStore::open(dir, opts).await.unwrap();
+    match op {
+        "kv-get" => b.set("k", &value, None, now_ms()).await.unwrap(),
+        "kv-scan100" => {
+            let entries: Vec<(String, Vec<u8>)> = (0..100)
+                .map(|i| (format!("s/{i:03}"), value.clone()))
+                .collect();
+            b.set_many(&entries, None, now_ms()).await.unwrap();
+        }
+        "queue-recv-ack-1" | "queue-recv-ack-100" | "queue-preload" => {
+            let batch: Vec<Payload> = (0..1000).map(|_| Payload::Text(text.clone())).collect();
+            for _ in 0..n.div_ceil(1000) {
+                q.send_batch(&batch, now_ms()).await.unwrap();
+            }
+        }
+        "stream-read100" => {
+            let events: Vec<(Option<String>, Vec<u8>)> =
+                (0..1000).map(|_| (None, value.clone())).collect();
+            s.publish_batch("bench", &events, now_ms()).await.unwrap();
+        }
+        _ => {}
+    }
+    let start_wall = wall_us();
+    let start = Instant::now();
+    let mut done = n;
+    match op {
+        "kv-get" => {
+            for _ in 0..n {
+                assert!(b.get("k", now_ms()).await.unwrap().is_some());
+            }
+        }
+        "kv-set" => {
+            for i in 0..n {
+                b.set(&format!("{tag}/{}", i % 1000), &value, None, now_ms())
+                    .await
+                    .unwrap();
+            }
+        }
+        "kv-set-if-absent" => {
+            for i in 0..n {
+                assert!(
+                    b.set_if_absent(&format!("{tag}/c{i}"), &value, None, now_ms())
+                        .await
+                        .unwrap()
+                );
+            }
+        }
+        "kv-scan100" => {
+            for _ in 0..n {
+                assert_eq!(
+                    b.scan_prefix("s/", None, 100, now_ms())
+                        .await
+                        .unwrap()
+                        .entries
+                        .len(),
+                    100
+                );
+            }
+        }
+        "queue-send" => {
+            for _ in 0..n {
+                q.send(&Payload::Text(text.clone()), now_ms())
+                    .await
+                    .unwrap();
+            }
+        }
+        "queue-recv-ack-1" => {
+            for _ in 0..n {
+                let got = q.receive(1, None, now_ms()).await.unwrap();
+                q.ack(&got[0].receipt).await.unwrap();
+            }
+        }
+        "queue-recv-ack-100" | "queue-drain-100" => {
+            done = 0;
+            loop {
+                if op == "queue-recv-ack-100" && done >= n {
+                    break;
+                }
+                let got = q.receive(100, None, now_ms()).await.unwrap();
+                if got.is_empty() {
+                    break;
+                }
+                let receipts: Vec<String> = got.iter().map(|m| m.receipt.clone()).collect();
+                q.ack_batch(&receipts).await.unwrap();
+                done += got.len();
+            }
+        }
+        "queue-preload" => {}
+        "stream-publish" => {
+            for _ in 0..n {
+                s.publish("bench", None, &value, now_ms()).await.unwrap();
+            }
+        }
+        "stream-read100" => {
+            for i in 0..n {
+                assert_eq!(
+                    s.read_since("bench", ((i * 100) % 900) as u64, 100)
+                        .await
+                        .unwrap()
+                        .len(),
+                    100
+                );
+            }
+        }
+        "lock-cycle" => {
+            for _ in 0..n {
+                let got = l
+                    .try_lock(&format!("bench-{tag}"), tag, 10_000, now_ms())
+                    .await
+                    .unwrap()
+                    .expect("free");
+                assert!(l.release(&got, now_ms()).await.unwrap());
+            }
+        }
+        other => panic!("unknown op {other}"),
+    }
+    (done, start.elapsed().as_micros(), start_wall, wall_us())
+}
+
+/// The connection-strategy comparison: kv get and set through the turso
+/// API itself, either with a new connection (and a freshly prepared
+/// statement) per operation, or with one reused connection and a cached
+/// prepared statement. It works on a file of its own that is not an alk
+/// store, so it opens it here (multi-process WAL, like every alk open).
+async fn turso_raw(fresh: bool, op: &str, n: usize, dir: &Path, relaxed: bool) -> Timing {
+    std::fs::create_dir_all(dir).unwrap();
+    let path = dir.join("raw.sqlite");
+    let db = turso::Builder::new_local(path.to_str().unwrap())
+        .experimental_multiprocess_wal(true)
+        .build()
+        .await
+        .unwrap();
+    let connect = || async {
+        let c = db.connect().unwrap();
+        c.busy_timeout(std::time::Duration::from_secs(5)).unwrap();
+        if relaxed {
+            c.execute("PRAGMA synchronous = NORMAL", ()).await.unwrap();
+        }
+        c
+    };
+    let setup = connect().await;
+    setup.execute_batch(kv::DDL).await.unwrap();
+    setup
+        .execute(kv::PUT, ("k", vec![7u8; 100], Option::<i64>::None))
+        .await
+        .unwrap();
+    let reused = connect().await;
+    let value = vec![7u8; 100];
+    let start_wall = wall_us();
+    let start = Instant::now();
+    for i in 0..n {
+        let conn = if fresh {
+            connect().await
+        } else {
+            reused.clone()
+        };
+        match op {
+            "kv-get" => {
+                let mut st = if fresh {
+                    conn.prepare(kv::SELECT).await.unwrap()
+                } else {
+                    conn.prepare_cached(kv::SELECT).await.unwrap()
+                };
+                let mut rows = st.query(("k",)).await.unwrap();
+                let mut found = false;
+                while rows.next().await.unwrap().is_some() {
+                    found = true;
+                }
+                assert!(found);
+            }
+            "kv-set" => {
+                let mut st = if fresh {
+                    conn.prepare(kv::PUT).await.unwrap()
+                } else {
+                    conn.prepare_cached(kv::PUT).await.unwrap()
+                };
+                st.execute((
+                    format!("r/{}", i % 1000),
+                    value.clone(),
+                    Option::<i64>::None,
+                ))
+                .await
+                .unwrap();
+            }
+            other => panic!("{other} is not measured for connection strategies"),
+        }
+    }
+    (n, start.elapsed().as_micros(), start_wall, wall_us())
+}
+
+/// A stock SQLite database in WAL mode with one format's DDL.
+fn sqlite_db(dir: &Path, file: &str, ddl: &str, relaxed: bool) -> Connection {
+    std::fs::create_dir_all(dir).unwrap();
+    let conn = Connection::open(dir.join(file)).unwrap();
+    conn.busy_timeout(std::time::Duration::from_secs(5))
+        .unwrap();
+    conn.pragma_update(None, "journal_mode", "WAL").unwrap();
+    conn.pragma_update(None, "synchronous", if relaxed { "NORMAL" } else { "FULL" })
+        .unwrap();
+    // Several processes may create the schema at once.
+    for _ in 0..100 {
+        if conn
+            .execute_batch(&format!("BEGIN IMMEDIATE; {ddl} COMMIT;"))
+            .is_ok()
+        {
+            break;
+        }
+        let _ = conn.execute_batch("ROLLBACK");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    conn
+}
+
+/// Runs `f` in a `BEGIN IMMEDIATE` transaction, retrying while busy.
+fn immediate<T>(conn: &Connection, mut f: impl FnMut(&Connection) -> rusqlite::Result<T>) -> T {
+    loop {
+        match conn.execute_batch("BEGIN IMMEDIATE") {
+            Ok(()) => {}
+            Err(_) => {
+                std::thread::sleep(std::time::Duration::from_micros(200));
+                continue;
+            }
+        }
+        match f(conn).and_then(|v| conn.execute_batch("COMMIT").map(|_| v)) {
+            Ok(v) => return v,
+            Err(_) => {
+                let _ = conn.execute_batch("ROLLBACK");
+            }
+        }
+    }
+}
+
+fn sqlite(op: &str, n: usize, tag: &str, dir: &Path, relaxed: bool) -> Timing {
+    let value = vec![7u8; 100];
+    let text = "x".repeat(100);
+    let kvc = sqlite_db(dir, "kv.sqlite", kv::DDL, relaxed);
+    let qc = sqlite_db(dir, "queue.sqlite", queue::DDL, relaxed);
+    let sc = sqlite_db(dir, "stream.sqlite", stream::DDL, relaxed);
+    let lc = sqlite_db(dir, "lock.sqlite", lock::DDL, relaxed);
+    let get = |key: &str| -> Option<Vec<u8>> {
+        let mut st = kvc.prepare_cached(kv::SELECT).unwrap();
+        let mut rows = st.query(params![key]).unwrap();
+        let row = rows.next().unwrap()?;
+        let value: Vec<u8> = row.get(0).unwrap();
+        let expires: Option<i64> = row.get(1).unwrap();
+        if expires.is_some_and(|e| e <= now_ms()) {
+            None
+        } else {
+            Some(value)
+        }
+    };
+    let claim = |max: i64| -> Vec<String> {
+        immediate(&qc, |c| {
+            let now = now_ms();
+            let ids: Vec<i64> = c
+                .prepare_cached(queue::SELECT_DUE)?
+                .query_map(params![now, max], |r| r.get(0))?
+                .collect::<rusqlite::Result<_>>()?;
+            let mut receipts = Vec::new();
+            for id in ids {
+                let uuid = format!("{:032x}", wall_us() ^ (id as u128) << 64);
+                c.prepare_cached(queue::CLAIM)?
+                    .query_row(params![now + 30_000, uuid, id], |r| r.get::<_, i64>(2))?;
+                receipts.push(format!("{id}:{uuid}"));
+            }
+            Ok(receipts)
+        })
+    };
+    let ack = |receipts: &[String]| {
+        immediate(&qc, |c| {
+            for r in receipts {
+                let (id, uuid) = r.split_once(':').unwrap();
+                if c.prepare_cached(queue::ACK)?
+                    .execute(params![id.parse::<i64>().unwrap(), uuid])?
+                    == 0
+                {
+                    c.prepare_cached(queue::EXISTS)?
+                        .query_map(params![id.parse::<i64>().unwrap()], |_| Ok(()))?
+                        .count();
+                }
+            }
+            Ok(())
+        })
+    };
+    let publish = |c: &Connection| -> rusqlite::Result<i64> {
+        let offset: i64 = c
+            .prepare_cached(stream::NEXT_OFFSET)?
+            .query_row(params!["bench"], |r| r.get(0))?;
+        c.prepare_cached(stream::APPEND)?.execute(params![
+            "bench",
+            offset,
+            Option::<String>::None,
+            value,
+            now_ms()
+        ])?;
+        Ok(offset)
+    };
+    match op {
+        "kv-get" => {
+            kvc.execute(kv::PUT, params!["k", value, Option::<i64>::None])
+                .unwrap();
+        }
+        "kv-scan100" => immediate(&kvc, |c| {
+            for i in 0..100 {
+                c.prepare_cached(kv::PUT)?.execute(params![
+                    format!("s/{i:03}"),
+                    value,
+                    Option::<i64>::None
+                ])?;
+            }
+            Ok(())
+        }),
+        "queue-recv-ack-1" | "queue-recv-ack-100" | "queue-preload" => {
+            for _ in 0..n.div_ceil(1000) {
+                immediate(&qc, |c| {
+                    for _ in 0..1000 {
+                        c.prepare_cached(queue::SEND)?
+                            .execute(params!["text", text, now_ms()])?;
+                    }
+                    Ok(())
+                });
+            }
+        }
+        "stream-read100" => immediate(&sc, |c| {
+            for _ in 0..1000 {
+                publish(c)?;
+            }
+            Ok(())
+        }),
+        _ => {}
+    }
+    let mut done = n;
+    let start_wall = wall_us();
+    let start = Instant::now();
+    match op {
+        "kv-get" => (0..n).for_each(|_| assert!(get("k").is_some())),
+        "kv-set" => (0..n).for_each(|i| {
+            kvc.prepare_cached(kv::PUT)
+                .unwrap()
+                .execute(params![
+                    format!("{tag}/{}", i % 1000),
+                    value,
+                    Option::<i64>::None
+                ])
+                .unwrap();
+        }),
+        "kv-set-if-absent" => (0..n).for_each(|i| {
+            let won = kvc
+                .prepare_cached(kv::PUT_IF_ABSENT)
+                .unwrap()
+                .execute(params![
+                    format!("{tag}/c{i}"),
+                    value,
+                    Option::<i64>::None,
+                    now_ms()
+                ])
+                .unwrap();
+            assert_eq!(won, 1);
+        }),
+        "kv-scan100" => (0..n).for_each(|_| {
+            let mut st = kvc.prepare_cached(kv::SCAN).unwrap();
+            let rows = st
+                .query_map(params!["s/"], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, Vec<u8>>(1)?,
+                        r.get::<_, Option<i64>>(2)?,
+                    ))
+                })
+                .unwrap()
+                .map_while(|r| r.ok())
+                .take_while(|(k, _, _)| k.starts_with("s/"))
+                .take(100)
+                .count();
+            assert_eq!(rows, 100);
+        }),
+        "queue-send" => (0..n).for_each(|_| {
+            qc.prepare_cached(queue::SEND)
+                .unwrap()
+                .execute(params!["text", text, now_ms()])
+                .unwrap();
+        }),
+        "queue-recv-ack-1" => (0..n).for_each(|_| {
+            let got = claim(1);
+            ack(&got);
+        }),
+        "queue-recv-ack-100" | "queue-drain-100" => {
+            done = 0;
+            loop {
+                if op == "queue-recv-ack-100" && done >= n {
+                    break;
+                }
+                let got = claim(100);
+                if got.is_empty() {
+                    break;
+                }
+                ack(&got);
+                done += got.len();
+            }
+        }
+        "queue-preload" => {}
+        "stream-publish" => (0..n).for_each(|_| {
+            immediate(&sc, |c| publish(c));
+        }),
+        "stream-read100" => (0..n).for_each(|i| {
+            let mut st = sc.prepare_cached(stream::READ_SINCE).unwrap();
+            let count = st
+                .query_map(params!["bench", ((i * 100) % 900) as i64, 100], |r| {
+                    Ok((
+                        r.get::<_, i64>(0)?,
+                        r.get::<_, Option<String>>(1)?,
+                        r.get::<_, Vec<u8>>(2)?,
+                        r.get::<_, i64>(3)?,
+                    ))
+                })
+                .unwrap()
+                .count();
+            assert_eq!(count, 100);
+        }),
+        "lock-cycle" => (0..n).for_each(|_| {
+            let now = now_ms();
+            let token: i64 = lc
+                .prepare_cached(lock::ACQUIRE)
+                .unwrap()
+                .query_row(
+                    params![format!("bench-{tag}"), tag, now, now + 10_000],
+                    |r| r.get(0),
+                )
+                .unwrap();
+            let released = lc
+                .prepare_cached(lock::RELEASE)
+                .unwrap()
+                .execute(params![format!("bench-{tag}"), tag, token, now_ms()])
+                .unwrap();
+            assert_eq!(released, 1);
+        }),
+        other => panic!("unknown op {other}"),
+    }
+    (done, start.elapsed().as_micros(), start_wall, wall_us())
+}
+
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Runs `count` guests at once, each waiting on a channel, and reports the
+/// resident memory before and while they all wait.
+async fn instances(count: usize, guest: &Path, dir: &Path, cache: &Path) {
+    let runner = std::sync::Arc::new(Runner::with_cache(Some(cache)).unwrap());
+    let component = runner.load(guest).unwrap();
+    let opts = |args: &[&str]| RunOptions {
+        args: args.iter().map(|s| s.to_string()).collect(),
+        capture_output: true,
+        ..Default::default()
+    };
+    // One run first, so everything a single instance needs is in place.
+    let ctx = AlkCtx::builder().data_dir(dir).build();
+    runner
+        .run(
+            &component,
+            "wake-tool",
+            ctx,
+            &opts(&["listen", "warm-up", "1"]),
+        )
+        .await
+        .unwrap();
+    let before = rss_kib();
+    let mut tasks = Vec::new();
+    for _ in 0..count {
+        let (runner, component) = (runner.clone(), component.clone());
+        let ctx = AlkCtx::builder().data_dir(dir).build();
+        let o = opts(&["listen", "go", "60000"]);
+        tasks.push(tokio::spawn(async move {
+            runner.run(&component, "wake-tool", ctx, &o).await
+        }));
+    }
+    // Every guest is attached once the wake topic has `count` listeners;
+    // give them a moment, then measure while they wait.
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let during = rss_kib();
+    alk_host::store::wake::Wakes::for_data_dir(dir).signal("notify.go");
+    for t in tasks {
+        t.await.unwrap().unwrap();
+    }
+    println!("rss {before} {during}");
+}

@@ -1,0 +1,136 @@
+//! The operations of the benchmark, run in a loop inside a guest.
+//!
+//! Usage: `bench-guest <op> <n> <tag>`. Runs the setup of `op`, then `n`
+//! operations, and prints `ops <n> <elapsed-µs> <start-µs> <end-µs>` (the
+//! last two are wall-clock times, to combine several processes). `tag`
+//! keeps the keys of concurrent processes apart.
+//!
+//! Ops: `kv-get`, `kv-set`, `kv-set-if-absent`, `kv-scan100`, `queue-send`,
+//! `queue-recv-ack-1`, `queue-recv-ack-100`, `queue-preload` (sends `n`
+//! messages in batches, untimed use), `queue-drain-100` (receives and acks
+//! in batches of 100 until the queue is empty; `n` is ignored and the count
+//! is what it drained), `stream-publish`, `stream-read100`, `lock-cycle`.
+
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use alk_guest::kv::Bucket;
+use alk_guest::queue::{Payload, Queue};
+use alk_guest::{lock, stream};
+
+fn wall_us() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_micros()
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let [op, n, tag] = args.as_slice() else {
+        eprintln!("usage: bench-guest <op> <n> <tag>");
+        std::process::exit(2);
+    };
+    let n: usize = n.parse().expect("n");
+    let value = vec![7u8; 100];
+    let text = "x".repeat(100);
+    let b = Bucket::open("bench").unwrap();
+    let q = Queue::open("bench").unwrap();
+    // Setup, untimed.
+    match op.as_str() {
+        "kv-get" => b.set("k", &value, None).unwrap(),
+        "kv-scan100" => {
+            let entries: Vec<_> = (0..100)
+                .map(|i| alk_guest::kv::Entry {
+                    key: format!("s/{i:03}"),
+                    value: value.clone(),
+                })
+                .collect();
+            b.set_many(&entries, None).unwrap();
+        }
+        "queue-recv-ack-1" | "queue-recv-ack-100" | "queue-preload" => {
+            let batch: Vec<Payload> = (0..1000).map(|_| Payload::Text(text.clone())).collect();
+            for _ in 0..n.div_ceil(1000) {
+                q.send_batch(&batch).unwrap();
+            }
+        }
+        "stream-read100" => {
+            let events: Vec<_> = (0..1000)
+                .map(|_| alk_guest::stream::NewEvent {
+                    key: None,
+                    payload: value.clone(),
+                })
+                .collect();
+            stream::publish_batch("bench", &events).unwrap();
+        }
+        _ => {}
+    }
+    let start_wall = wall_us();
+    let start = Instant::now();
+    let mut done = n;
+    match op.as_str() {
+        "kv-get" => (0..n).for_each(|_| assert!(b.get("k").unwrap().is_some())),
+        "kv-set" => {
+            (0..n).for_each(|i| b.set(&format!("{tag}/{}", i % 1000), &value, None).unwrap())
+        }
+        "kv-set-if-absent" => (0..n).for_each(|i| {
+            assert!(
+                b.set_if_absent(&format!("{tag}/c{i}"), &value, None)
+                    .unwrap()
+            )
+        }),
+        "kv-scan100" => (0..n)
+            .for_each(|_| assert_eq!(b.scan_prefix("s/", None, 100).unwrap().entries.len(), 100)),
+        "queue-send" => (0..n).for_each(|_| {
+            q.send(&Payload::Text(text.clone())).unwrap();
+        }),
+        "queue-recv-ack-1" => (0..n).for_each(|_| {
+            let got = q.receive(1, None).unwrap();
+            q.ack(&got[0].receipt).unwrap();
+        }),
+        "queue-recv-ack-100" => {
+            done = 0;
+            while done < n {
+                let got = q.receive(100, None).unwrap();
+                let receipts: Vec<String> = got.iter().map(|m| m.receipt.clone()).collect();
+                q.ack_batch(&receipts).unwrap();
+                done += got.len();
+            }
+        }
+        "queue-preload" => {}
+        "queue-drain-100" => {
+            done = 0;
+            loop {
+                let got = q.receive(100, None).unwrap();
+                if got.is_empty() {
+                    break;
+                }
+                let receipts: Vec<String> = got.iter().map(|m| m.receipt.clone()).collect();
+                q.ack_batch(&receipts).unwrap();
+                done += got.len();
+            }
+        }
+        "stream-publish" => (0..n).for_each(|_| {
+            stream::publish("bench", &value).unwrap();
+        }),
+        "stream-read100" => (0..n).for_each(|i| {
+            assert_eq!(
+                stream::read_since("bench", ((i * 100) % 900) as u64, 100)
+                    .unwrap()
+                    .len(),
+                100
+            );
+        }),
+        "lock-cycle" => (0..n).for_each(|_| {
+            let l = lock::try_lock(&format!("bench-{tag}"), tag, 10_000)
+                .unwrap()
+                .expect("free");
+            assert!(l.release().unwrap());
+        }),
+        other => {
+            eprintln!("unknown op {other}");
+            std::process::exit(2);
+        }
+    }
+    let elapsed = start.elapsed().as_micros();
+    println!("ops {done} {elapsed} {start_wall} {}", wall_us());
+}

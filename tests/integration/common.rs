@@ -139,3 +139,35 @@ pub fn sqlite_schema(mode: &str, path: &Path) -> serde_json::Value {
 pub fn file_bytes(path: &Path) -> Vec<u8> {
     std::fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
 }
+
+/// Starts `alk-host run <guest> --data-dir <dir> -- <args…>` with stdout
+/// piped.
+pub fn spawn_guest(dir: &Path, guest_name: &str, args: &[&str]) -> std::process::Child {
+    alk_host()
+        .arg("run")
+        .arg(guest(guest_name))
+        .arg("--data-dir")
+        .arg(dir)
+        .arg("--")
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn alk-host")
+}
+
+/// Waits for a spawned guest; its stdout. Fails the test, showing the end
+/// of its output, when it did not exit 0.
+pub fn finish(child: std::process::Child, who: &str) -> String {
+    let out = child.wait_with_output().unwrap();
+    let stdout = text(&out.stdout);
+    let tail: Vec<&str> = stdout.lines().rev().take(5).collect();
+    assert!(
+        out.status.success(),
+        "{who} failed ({}): {}\n{}",
+        out.status,
+        tail.join("\n"),
+        text(&out.stderr)
+    );
+    stdout
+}

@@ -2,22 +2,12 @@
 //! fencing tokens, and takeover after the holder is killed.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Stdio};
+use std::process::Child;
 
 use crate::common::*;
 
 fn spawn(dir: &std::path::Path, args: &[&str]) -> Child {
-    alk_host()
-        .arg("run")
-        .arg(guest("lock-tool"))
-        .arg("--data-dir")
-        .arg(dir)
-        .arg("--")
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn alk-host")
+    spawn_guest(dir, "lock-tool", args)
 }
 
 const PROCESSES: usize = 4;

@@ -3,41 +3,10 @@
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use crate::common::*;
-
-fn spawn(dir: &std::path::Path, guest_name: &str, args: &[&str]) -> Child {
-    alk_host()
-        .arg("run")
-        .arg(guest(guest_name))
-        .arg("--data-dir")
-        .arg(dir)
-        .arg("--")
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn alk-host")
-}
-
-fn finish(child: Child, who: &str) -> String {
-    let out = child.wait_with_output().unwrap();
-    let stdout = text(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{who} failed ({}): {}{}",
-        out.status,
-        tail(&stdout),
-        text(&out.stderr)
-    );
-    stdout
-}
-
-fn tail(s: &str) -> String {
-    s.lines().rev().take(5).collect::<Vec<_>>().join("\n")
-}
 
 const PRODUCERS: usize = 2;
 const CONSUMERS: usize = 2;
@@ -51,11 +20,11 @@ fn messages_cross_processes_exactly_once_with_none_lost() {
     assert!(out.status.success(), "{}", text(&out.stdout));
 
     let consumers: Vec<Child> = (0..CONSUMERS)
-        .map(|_| spawn(d, "queue-tool", &["consume", "work", "10", "30000"]))
+        .map(|_| spawn_guest(d, "queue-tool", &["consume", "work", "10", "30000"]))
         .collect();
     let producers: Vec<Child> = (0..PRODUCERS)
         .map(|p| {
-            spawn(
+            spawn_guest(
                 d,
                 "queue-tool",
                 &[
@@ -138,7 +107,7 @@ fn a_killed_consumers_messages_are_redelivered_and_nothing_is_lost() {
     assert!(out.status.success(), "{}", text(&out.stdout));
 
     // A consumer takes 20 messages with a 1.5 s visibility and hangs.
-    let mut holder = spawn(
+    let mut holder = spawn_guest(
         d,
         "queue-tool",
         &["hold", "jobs", &HELD.to_string(), "1500"],
@@ -164,7 +133,7 @@ fn a_killed_consumers_messages_are_redelivered_and_nothing_is_lost() {
     // visibility runs out, with attempt 2. The drainers keep going for 2.5 s
     // (past the 1.5 s visibility), then stop at the first empty receive.
     let drainers: Vec<Child> = (0..2)
-        .map(|_| spawn(d, "queue-tool", &["drain", "jobs", "2500", "20000"]))
+        .map(|_| spawn_guest(d, "queue-tool", &["drain", "jobs", "2500", "20000"]))
         .collect();
     let mut seen: HashMap<String, Vec<u32>> = HashMap::new();
     for (i, child) in drainers.into_iter().enumerate() {

@@ -3,34 +3,12 @@
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Stdio};
+use std::process::Child;
 
 use crate::common::*;
 
 fn spawn(dir: &std::path::Path, args: &[&str]) -> Child {
-    alk_host()
-        .arg("run")
-        .arg(guest("stream-tool"))
-        .arg("--data-dir")
-        .arg(dir)
-        .arg("--")
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn alk-host")
-}
-
-fn finish(child: Child, who: &str) -> String {
-    let out = child.wait_with_output().unwrap();
-    let stdout = text(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{who} failed ({}): {}",
-        out.status,
-        text(&out.stderr)
-    );
-    stdout
+    spawn_guest(dir, "stream-tool", args)
 }
 
 /// `(offset, payload)` of every `ev` line.

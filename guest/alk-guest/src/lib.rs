@@ -117,3 +117,20 @@ macro_rules! ok {
         }
     };
 }
+
+/// Helpers for small command-line guests (the test and benchmark tools).
+pub mod tool {
+    /// Prints an alk error as `error: <variant>` and exits with status 1.
+    pub fn fail(e: crate::Error) -> ! {
+        println!("error: {e:?}");
+        std::process::exit(1);
+    }
+
+    /// Parses a number argument, or exits with status 2 saying why.
+    pub fn num(s: &str) -> u64 {
+        s.parse().unwrap_or_else(|_| {
+            eprintln!("{s:?} is not a number");
+            std::process::exit(2)
+        })
+    }
+}

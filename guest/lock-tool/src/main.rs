@@ -16,22 +16,12 @@
 //! - `holder <lock>`: `<owner> <expires-at> <token>` or `none`
 
 use std::io::Write;
+
+use alk_guest::tool::{fail, num};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use alk_guest::kv::Bucket;
 use alk_guest::lock;
-
-fn fail(e: alk_guest::Error) -> ! {
-    println!("error: {e:?}");
-    std::process::exit(1);
-}
-
-fn num(s: &str) -> u64 {
-    s.parse().unwrap_or_else(|_| {
-        eprintln!("{s:?} is not a number");
-        std::process::exit(2)
-    })
-}
 
 fn now_us() -> u128 {
     SystemTime::now()

@@ -19,6 +19,8 @@
 //! An alk error is printed as `error: <variant>` with exit status 1.
 
 use std::io::Write;
+
+use alk_guest::tool::{fail, num};
 use std::time::{Duration, Instant};
 
 use alk_guest::queue::{Message, Payload, Queue};
@@ -27,18 +29,6 @@ fn body(m: &Message) -> &str {
     match &m.payload {
         Payload::Text(t) | Payload::Json(t) => t,
     }
-}
-
-fn fail(e: alk_guest::Error) -> ! {
-    println!("error: {e:?}");
-    std::process::exit(1);
-}
-
-fn num(s: &str) -> u64 {
-    s.parse().unwrap_or_else(|_| {
-        eprintln!("{s:?} is not a number");
-        std::process::exit(2)
-    })
 }
 
 fn main() {

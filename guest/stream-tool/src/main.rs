@@ -14,21 +14,11 @@
 //! An alk error is printed as `error: <variant>` with exit status 1.
 
 use std::io::Write;
+
+use alk_guest::tool::{fail, num};
 use std::time::{Duration, Instant};
 
 use alk_guest::stream;
-
-fn fail(e: alk_guest::Error) -> ! {
-    println!("error: {e:?}");
-    std::process::exit(1);
-}
-
-fn num(s: &str) -> u64 {
-    s.parse().unwrap_or_else(|_| {
-        eprintln!("{s:?} is not a number");
-        std::process::exit(2)
-    })
-}
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -20,22 +20,12 @@
 //!   then waits as long again (so CPU use can be read while it is idle)
 
 use std::io::Write;
+
+use alk_guest::tool::{fail, num};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use alk_guest::queue::{Payload, Queue};
 use alk_guest::{lock, notify, poll, stream};
-
-fn fail(e: alk_guest::Error) -> ! {
-    println!("error: {e:?}");
-    std::process::exit(1);
-}
-
-fn num(s: &str) -> u64 {
-    s.parse().unwrap_or_else(|_| {
-        eprintln!("{s:?} is not a number");
-        std::process::exit(2)
-    })
-}
 
 fn now_us() -> u64 {
     SystemTime::now()

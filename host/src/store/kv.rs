@@ -406,27 +406,21 @@ mod tests {
 
     const DOC: &str = include_str!("../../../docs/formats/localkv.v1.md");
 
-    fn squash(s: &str) -> String {
-        s.split_whitespace().collect::<Vec<_>>().join(" ")
-    }
-
     #[test]
     fn the_format_document_pins_the_ddl_and_every_statement() {
-        let doc = squash(DOC);
-        for (name, sql) in [
-            ("DDL", DDL),
-            ("SELECT", SELECT),
-            ("DELETE_EXPIRED", DELETE_EXPIRED),
-            ("PUT", PUT),
-            ("PUT_IF_ABSENT", PUT_IF_ABSENT),
-            ("DELETE", DELETE),
-            ("SCAN", SCAN),
-        ] {
-            assert!(
-                doc.contains(&squash(sql)),
-                "{name} differs from docs/formats/localkv.v1.md"
-            );
-        }
+        crate::store::assert_document_pins(
+            "localkv.v1.md",
+            DOC,
+            &[
+                ("DDL", DDL),
+                ("SELECT", SELECT),
+                ("DELETE_EXPIRED", DELETE_EXPIRED),
+                ("PUT", PUT),
+                ("PUT_IF_ABSENT", PUT_IF_ABSENT),
+                ("DELETE", DELETE),
+                ("SCAN", SCAN),
+            ],
+        );
     }
 
     async fn bucket(dir: &Path) -> KvStore {

@@ -265,25 +265,19 @@ mod tests {
 
     const DOC: &str = include_str!("../../../docs/formats/locallock.v1.md");
 
-    fn squash(s: &str) -> String {
-        s.split_whitespace().collect::<Vec<_>>().join(" ")
-    }
-
     #[test]
     fn the_format_document_pins_the_ddl_and_every_statement() {
-        let doc = squash(DOC);
-        for (name, sql) in [
-            ("DDL", DDL),
-            ("ACQUIRE", ACQUIRE),
-            ("RENEW", RENEW),
-            ("RELEASE", RELEASE),
-            ("HOLDER", HOLDER),
-        ] {
-            assert!(
-                doc.contains(&squash(sql)),
-                "{name} differs from docs/formats/locallock.v1.md"
-            );
-        }
+        crate::store::assert_document_pins(
+            "locallock.v1.md",
+            DOC,
+            &[
+                ("DDL", DDL),
+                ("ACQUIRE", ACQUIRE),
+                ("RENEW", RENEW),
+                ("RELEASE", RELEASE),
+                ("HOLDER", HOLDER),
+            ],
+        );
     }
 
     #[tokio::test]

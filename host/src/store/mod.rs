@@ -29,3 +29,17 @@ pub(crate) fn check_batch(what: &str, len: usize) -> crate::AlkResult<()> {
     Ok(())
 }
 pub use retry::RetryPolicy;
+
+/// Asserts that a format document carries each `(name, sql)` verbatim
+/// (whitespace aside): the document and the code pin the same format.
+#[cfg(test)]
+pub(crate) fn assert_document_pins(doc_name: &str, doc: &str, statements: &[(&str, &str)]) {
+    let squash = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+    let doc = squash(doc);
+    for (name, sql) in statements {
+        assert!(
+            doc.contains(&squash(sql)),
+            "{name} differs from docs/formats/{doc_name}"
+        );
+    }
+}

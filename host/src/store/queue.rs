@@ -463,29 +463,23 @@ mod tests {
 
     const DOC: &str = include_str!("../../../docs/formats/localqueue.v1.md");
 
-    fn squash(s: &str) -> String {
-        s.split_whitespace().collect::<Vec<_>>().join(" ")
-    }
-
     #[test]
     fn the_format_document_pins_the_ddl_and_every_statement() {
-        let doc = squash(DOC);
-        for (name, sql) in [
-            ("DDL", DDL),
-            ("SEND", SEND),
-            ("SELECT_DUE", SELECT_DUE),
-            ("CLAIM", CLAIM),
-            ("ACK", ACK),
-            ("NACK", NACK),
-            ("EXISTS", EXISTS),
-            ("PURGE", PURGE),
-            ("NEXT_VISIBLE", NEXT_VISIBLE),
-        ] {
-            assert!(
-                doc.contains(&squash(sql)),
-                "{name} differs from docs/formats/localqueue.v1.md"
-            );
-        }
+        crate::store::assert_document_pins(
+            "localqueue.v1.md",
+            DOC,
+            &[
+                ("DDL", DDL),
+                ("SEND", SEND),
+                ("SELECT_DUE", SELECT_DUE),
+                ("CLAIM", CLAIM),
+                ("ACK", ACK),
+                ("NACK", NACK),
+                ("EXISTS", EXISTS),
+                ("PURGE", PURGE),
+                ("NEXT_VISIBLE", NEXT_VISIBLE),
+            ],
+        );
     }
 
     #[test]

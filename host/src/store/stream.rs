@@ -598,28 +598,22 @@ mod tests {
 
     const DOC: &str = include_str!("../../../docs/formats/localstream.v1.md");
 
-    fn squash(s: &str) -> String {
-        s.split_whitespace().collect::<Vec<_>>().join(" ")
-    }
-
     #[test]
     fn the_format_document_pins_the_ddl_and_every_statement() {
-        let doc = squash(DOC);
-        for (name, sql) in [
-            ("DDL", DDL),
-            ("NEXT_OFFSET", NEXT_OFFSET),
-            ("APPEND", APPEND),
-            ("READ_SINCE", READ_SINCE),
-            ("LAST_OFFSET", LAST_OFFSET),
-            ("SAVE_OFFSET", SAVE_OFFSET),
-            ("GET_OFFSET", GET_OFFSET),
-            ("TRIM", TRIM),
-        ] {
-            assert!(
-                doc.contains(&squash(sql)),
-                "{name} differs from docs/formats/localstream.v1.md"
-            );
-        }
+        crate::store::assert_document_pins(
+            "localstream.v1.md",
+            DOC,
+            &[
+                ("DDL", DDL),
+                ("NEXT_OFFSET", NEXT_OFFSET),
+                ("APPEND", APPEND),
+                ("READ_SINCE", READ_SINCE),
+                ("LAST_OFFSET", LAST_OFFSET),
+                ("SAVE_OFFSET", SAVE_OFFSET),
+                ("GET_OFFSET", GET_OFFSET),
+                ("TRIM", TRIM),
+            ],
+        );
     }
 
     async fn store(dir: &Path) -> StreamStore {

@@ -118,6 +118,27 @@ macro_rules! ok {
     };
 }
 
+/// Names that break the shared name rules, one per rule: empty, `.`, `..`,
+/// a leading dot, path separators, NUL, a space, non-ASCII, 101 characters.
+pub fn bad_names() -> Vec<String> {
+    let mut names: Vec<String> = [
+        "",
+        ".",
+        "..",
+        ".hidden",
+        "a/b",
+        "a\\b",
+        "a\0b",
+        "with space",
+        "ü",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    names.push("n".repeat(101));
+    names
+}
+
 /// Helpers for small command-line guests (the test and benchmark tools).
 pub mod tool {
     /// Prints an alk error as `error: <variant>` and exits with status 1.

@@ -291,19 +291,7 @@ fn main() {
         Ok(())
     });
     c.case("bad-bucket-names-are-invalid-name", || {
-        let long = "b".repeat(101);
-        for bad in [
-            "",
-            ".",
-            "..",
-            ".hidden",
-            "a/b",
-            "a\\b",
-            "a\0b",
-            "with space",
-            "ü",
-            long.as_str(),
-        ] {
+        for bad in &alk_guest::bad_names() {
             ensure_matches!(Bucket::open(bad).map(|_| ()), Err(Error::InvalidName(_)));
         }
         ok!(Bucket::open(&"b".repeat(100)).map(|_| ()));

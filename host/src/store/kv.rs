@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use turso::{Connection, Value};
 
-use super::names::check_name;
+use super::names::{check_key, check_name, check_size};
 use super::open::{Format, Store, open_store};
 use super::retry::{Failure, exec, query};
 use crate::error::{AlkError, AlkResult};
@@ -133,34 +133,11 @@ impl KvStore {
     }
 
     fn check_key(&self, key: &str) -> AlkResult<()> {
-        if key.is_empty() {
-            return Err(AlkError::InvalidArgument("key is empty".into()));
-        }
-        if key.len() > self.limits.max_key_bytes {
-            return Err(AlkError::PayloadTooLarge {
-                what: "key",
-                size: key.len() as u64,
-                limit: self.limits.max_key_bytes as u64,
-            });
-        }
-        // SQLite text with NUL is truncated by many readers; refuse it.
-        if key.contains('\0') {
-            return Err(AlkError::InvalidArgument(
-                "key contains a NUL character".into(),
-            ));
-        }
-        Ok(())
+        check_key("key", key, self.limits.max_key_bytes)
     }
 
     fn check_value(&self, value: &[u8]) -> AlkResult<()> {
-        if value.len() > self.limits.max_value_bytes {
-            return Err(AlkError::PayloadTooLarge {
-                what: "value",
-                size: value.len() as u64,
-                limit: self.limits.max_value_bytes as u64,
-            });
-        }
-        Ok(())
+        check_size("value", value.len(), self.limits.max_value_bytes)
     }
 
     /// The absolute expiry of a TTL given now. A zero TTL is refused (it

@@ -60,6 +60,34 @@ pub fn check_identifier(kind: &str, name: &str) -> AlkResult<()> {
     Ok(())
 }
 
+/// Checks a key (a kv key, a stream event key): non-empty, at most
+/// `max_bytes`, and without NUL (text with NUL is cut short by many SQLite
+/// readers).
+pub fn check_key(what: &'static str, key: &str, max_bytes: usize) -> AlkResult<()> {
+    if key.is_empty() {
+        return Err(AlkError::InvalidArgument(format!("{what} is empty")));
+    }
+    if key.len() > max_bytes {
+        return Err(AlkError::PayloadTooLarge {
+            what,
+            size: key.len() as u64,
+            limit: max_bytes as u64,
+        });
+    }
+    if key.contains('\0') {
+        return Err(AlkError::InvalidArgument(format!("{what} contains a NUL character")));
+    }
+    Ok(())
+}
+
+/// Checks the size of a value or payload against `max_bytes`.
+pub fn check_size(what: &'static str, len: usize, max_bytes: usize) -> AlkResult<()> {
+    if len > max_bytes {
+        return Err(AlkError::PayloadTooLarge { what, size: len as u64, limit: max_bytes as u64 });
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use turso::{Connection, Value};
 
-use super::names::{check_identifier, check_name};
+use super::names::{check_identifier, check_key, check_name, check_size};
 use super::open::{Format, Store, open_store};
 use super::retry::{Failure, exec, query};
 use super::wake::{Check, Wakes};
@@ -163,32 +163,9 @@ impl StreamStore {
     fn check_publish(&self, stream: &str, key: Option<&str>, payload: &[u8]) -> AlkResult<()> {
         check_name("stream", stream)?;
         if let Some(key) = key {
-            if key.is_empty() {
-                return Err(AlkError::InvalidArgument(
-                    "event key is empty; publish without a key instead".into(),
-                ));
-            }
-            if key.len() > self.limits.max_key_bytes {
-                return Err(AlkError::PayloadTooLarge {
-                    what: "key",
-                    size: key.len() as u64,
-                    limit: self.limits.max_key_bytes as u64,
-                });
-            }
-            if key.contains('\0') {
-                return Err(AlkError::InvalidArgument(
-                    "event key contains a NUL character".into(),
-                ));
-            }
+            check_key("event key", key, self.limits.max_key_bytes)?;
         }
-        if payload.len() > self.limits.max_payload_bytes {
-            return Err(AlkError::PayloadTooLarge {
-                what: "payload",
-                size: payload.len() as u64,
-                limit: self.limits.max_payload_bytes as u64,
-            });
-        }
-        Ok(())
+        check_size("payload", payload.len(), self.limits.max_payload_bytes)
     }
 
     /// Appends an event; returns its offset.

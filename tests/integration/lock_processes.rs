@@ -26,7 +26,9 @@ fn critical_sections_never_overlap_and_tokens_follow_acquisition_order() {
                     "the-lock",
                     &format!("p{p}"),
                     &ROUNDS.to_string(),
-                    "2000",
+                    // A TTL far above a section's length: exclusion must
+                    // come from the lock, not lapse under a loaded machine.
+                    "10000",
                     "2",
                 ],
             )

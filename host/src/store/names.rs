@@ -75,7 +75,9 @@ pub fn check_key(what: &'static str, key: &str, max_bytes: usize) -> AlkResult<(
         });
     }
     if key.contains('\0') {
-        return Err(AlkError::InvalidArgument(format!("{what} contains a NUL character")));
+        return Err(AlkError::InvalidArgument(format!(
+            "{what} contains a NUL character"
+        )));
     }
     Ok(())
 }
@@ -83,7 +85,11 @@ pub fn check_key(what: &'static str, key: &str, max_bytes: usize) -> AlkResult<(
 /// Checks the size of a value or payload against `max_bytes`.
 pub fn check_size(what: &'static str, len: usize, max_bytes: usize) -> AlkResult<()> {
     if len > max_bytes {
-        return Err(AlkError::PayloadTooLarge { what, size: len as u64, limit: max_bytes as u64 });
+        return Err(AlkError::PayloadTooLarge {
+            what,
+            size: len as u64,
+            limit: max_bytes as u64,
+        });
     }
     Ok(())
 }

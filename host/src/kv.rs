@@ -1,11 +1,10 @@
 //! Host glue of the `kv` interface: checks and translates, then calls
 //! [`crate::store::kv`]. No SQL here.
 
-use wasmtime::component::{Linker, Resource};
+use wasmtime::component::Resource;
 
-use crate::HasAlk;
 use crate::bindings::alk::store::kv::{self, Entry, ScanPage};
-use crate::ctx::{AlkCtxView, AlkView};
+use crate::ctx::AlkCtxView;
 use crate::error::CallError;
 use crate::store::kv::KvStore;
 
@@ -16,18 +15,7 @@ pub struct Bucket {
     store: KvStore,
 }
 
-/// Adds the imports of the `alk:store/kv-imports` world (the `types` and
-/// `kv` interfaces) to `linker`.
-pub fn add_to_linker<T: AlkView + 'static>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
-    crate::add_types_to_linker(linker)?;
-    add_interface_to_linker(linker)
-}
-
-pub(crate) fn add_interface_to_linker<T: AlkView + 'static>(
-    linker: &mut Linker<T>,
-) -> wasmtime::Result<()> {
-    kv::add_to_linker::<T, HasAlk>(linker, |t| t.alk())
-}
+capability_linker!("kv", kv);
 
 impl kv::Host for AlkCtxView<'_> {}
 

@@ -66,6 +66,27 @@
 
 #![deny(missing_docs)]
 
+/// Defines a capability module's linker functions: `add_to_linker` for its
+/// world (`<name>-imports`: the `types` interface and its own) and
+/// `add_interface_to_linker` (its own interface only, for the all-in world).
+macro_rules! capability_linker {
+    ($name:literal, $iface:ident) => {
+        #[doc = concat!("Adds the imports of the `alk:store/", $name, "-imports` world (the `types` and `", $name, "` interfaces) to `linker`.")]
+        pub fn add_to_linker<T: crate::AlkView + 'static>(
+            linker: &mut wasmtime::component::Linker<T>,
+        ) -> wasmtime::Result<()> {
+            crate::add_types_to_linker(linker)?;
+            add_interface_to_linker(linker)
+        }
+
+        pub(crate) fn add_interface_to_linker<T: crate::AlkView + 'static>(
+            linker: &mut wasmtime::component::Linker<T>,
+        ) -> wasmtime::Result<()> {
+            $iface::add_to_linker::<T, crate::HasAlk>(linker, |t| t.alk())
+        }
+    };
+}
+
 mod bindings;
 mod ctx;
 mod error;

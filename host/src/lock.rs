@@ -1,11 +1,10 @@
 //! Host glue of the `lock` interface: checks and translates, then calls
 //! [`crate::store::lock`]. No SQL here.
 
-use wasmtime::component::{Linker, Resource};
+use wasmtime::component::Resource;
 
-use crate::HasAlk;
 use crate::bindings::alk::store::lock::{self, HolderInfo};
-use crate::ctx::{AlkCtxView, AlkView};
+use crate::ctx::AlkCtxView;
 use crate::error::CallError;
 use crate::store::lock::Acquired;
 
@@ -15,18 +14,7 @@ pub struct Lock {
     acquired: Acquired,
 }
 
-/// Adds the imports of the `alk:store/lock-imports` world (the `types` and
-/// `lock` interfaces) to `linker`.
-pub fn add_to_linker<T: AlkView + 'static>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
-    crate::add_types_to_linker(linker)?;
-    add_interface_to_linker(linker)
-}
-
-pub(crate) fn add_interface_to_linker<T: AlkView + 'static>(
-    linker: &mut Linker<T>,
-) -> wasmtime::Result<()> {
-    lock::add_to_linker::<T, HasAlk>(linker, |t| t.alk())
-}
+capability_linker!("lock", lock);
 
 impl lock::Host for AlkCtxView<'_> {
     async fn try_lock(

@@ -3,12 +3,11 @@
 
 use std::sync::Arc;
 
-use wasmtime::component::{Linker, Resource};
+use wasmtime::component::Resource;
 use wasmtime_wasi::p2::{DynPollable, Pollable, subscribe};
 
-use crate::HasAlk;
 use crate::bindings::alk::store::notify;
-use crate::ctx::{AlkCtxView, AlkView};
+use crate::ctx::AlkCtxView;
 use crate::error::{AlkError, CallError};
 use crate::store::names::check_name;
 use crate::store::wake::{Check, Topic, Wakes};
@@ -23,18 +22,7 @@ pub struct Listener {
     seen: u64,
 }
 
-/// Adds the imports of the `alk:store/notify-imports` world (the `types` and
-/// `notify` interfaces) to `linker`.
-pub fn add_to_linker<T: AlkView + 'static>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
-    crate::add_types_to_linker(linker)?;
-    add_interface_to_linker(linker)
-}
-
-pub(crate) fn add_interface_to_linker<T: AlkView + 'static>(
-    linker: &mut Linker<T>,
-) -> wasmtime::Result<()> {
-    notify::add_to_linker::<T, HasAlk>(linker, |t| t.alk())
-}
+capability_linker!("notify", notify);
 
 fn topic_name(channel: &str) -> String {
     format!("notify.{channel}")

@@ -3,12 +3,11 @@
 
 use std::sync::Arc;
 
-use wasmtime::component::{Linker, Resource};
+use wasmtime::component::Resource;
 use wasmtime_wasi::p2::{DynPollable, Pollable, subscribe};
 
-use crate::HasAlk;
 use crate::bindings::alk::store::queue::{self, AckOutcome, Message, Payload};
-use crate::ctx::{AlkCtxView, AlkView, Clock};
+use crate::ctx::{AlkCtxView, Clock};
 use crate::error::CallError;
 use crate::store::queue::{self as store, QueueStore};
 
@@ -19,18 +18,7 @@ pub struct Queue {
     store: QueueStore,
 }
 
-/// Adds the imports of the `alk:store/queue-imports` world (the `types` and
-/// `queue` interfaces) to `linker`.
-pub fn add_to_linker<T: AlkView + 'static>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
-    crate::add_types_to_linker(linker)?;
-    add_interface_to_linker(linker)
-}
-
-pub(crate) fn add_interface_to_linker<T: AlkView + 'static>(
-    linker: &mut Linker<T>,
-) -> wasmtime::Result<()> {
-    queue::add_to_linker::<T, HasAlk>(linker, |t| t.alk())
-}
+capability_linker!("queue", queue);
 
 impl queue::Host for AlkCtxView<'_> {}
 

@@ -3,12 +3,11 @@
 
 use std::sync::Arc;
 
-use wasmtime::component::{Linker, Resource};
+use wasmtime::component::Resource;
 use wasmtime_wasi::p2::{DynPollable, Pollable, subscribe};
 
-use crate::HasAlk;
 use crate::bindings::alk::store::stream::{self, Event, NewEvent};
-use crate::ctx::{AlkCtxView, AlkView};
+use crate::ctx::AlkCtxView;
 use crate::error::CallError;
 use crate::store::names::{check_identifier, check_name};
 use crate::store::stream::{self as store, StreamStore, StreamTx};
@@ -28,18 +27,7 @@ pub struct Transaction {
     tx: Option<Arc<StreamTx>>,
 }
 
-/// Adds the imports of the `alk:store/stream-imports` world (the `types` and
-/// `stream` interfaces) to `linker`.
-pub fn add_to_linker<T: AlkView + 'static>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
-    crate::add_types_to_linker(linker)?;
-    add_interface_to_linker(linker)
-}
-
-pub(crate) fn add_interface_to_linker<T: AlkView + 'static>(
-    linker: &mut Linker<T>,
-) -> wasmtime::Result<()> {
-    stream::add_to_linker::<T, HasAlk>(linker, |t| t.alk())
-}
+capability_linker!("stream", stream);
 
 fn event(e: store::Event) -> Event {
     Event {

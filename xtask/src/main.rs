@@ -64,14 +64,7 @@ fn cargo() -> Command {
 
 fn run(cmd: &mut Command) -> Result<()> {
     eprintln!("xtask: running {cmd:?}");
-    let status = cmd
-        .status()
-        .map_err(|e| format!("cannot start {cmd:?}: {e}"))?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(format!("{cmd:?} failed with {status}"))
-    }
+    run_quiet(cmd)
 }
 
 fn run_quiet(cmd: &mut Command) -> Result<()> {

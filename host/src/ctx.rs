@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 
 use wasmtime::component::ResourceTable;
 
@@ -58,13 +58,40 @@ impl Clock for ManualClock {
     }
 }
 
-/// Size limits applied to guest input.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// Limits applied to what a guest sends and holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     /// Key-value limits.
     pub kv: KvLimits,
     /// Stream limits.
     pub stream: StreamLimits,
+    /// Most alk resources (buckets, queues, subscriptions, transactions,
+    /// locks, listeners, and the pollables made from them) one instance may
+    /// hold at once. Opening one more is an `invalid-argument` error (or a
+    /// trap, for calls that cannot return an error) until the guest drops
+    /// some.
+    pub max_open_resources: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            kv: KvLimits::default(),
+            stream: StreamLimits::default(),
+            max_open_resources: 1024,
+        }
+    }
+}
+
+/// One resource counted against [`Limits::max_open_resources`]; held by
+/// the resource, released when it is dropped.
+#[derive(Debug)]
+pub(crate) struct Slot(Arc<AtomicUsize>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// The per-instance state of the alk capabilities: where data lives, the
@@ -72,8 +99,8 @@ pub struct Limits {
 ///
 /// Each plugin (guest instance) of an embedder gets its own `AlkCtx`; give
 /// plugins different data directories to isolate them from one another, or
-/// the same one to let them coordinate.
-#[derive(Clone)]
+/// the same one to let them coordinate. A clone shares the stores but
+/// counts its own open resources.
 pub struct AlkCtx {
     pub(crate) data_dir: PathBuf,
     pub(crate) limits: Limits,
@@ -84,6 +111,23 @@ pub struct AlkCtx {
     pub(crate) streams: Arc<tokio::sync::OnceCell<StreamStore>>,
     /// The lock store, opened on first use.
     pub(crate) locks: Arc<tokio::sync::OnceCell<LockStore>>,
+    /// Resources this instance holds.
+    open: Arc<AtomicUsize>,
+}
+
+impl Clone for AlkCtx {
+    fn clone(&self) -> Self {
+        AlkCtx {
+            data_dir: self.data_dir.clone(),
+            limits: self.limits,
+            clock: self.clock.clone(),
+            retry: self.retry,
+            durability: self.durability,
+            streams: self.streams.clone(),
+            locks: self.locks.clone(),
+            open: Default::default(),
+        }
+    }
 }
 
 impl std::fmt::Debug for AlkCtx {
@@ -106,6 +150,25 @@ impl AlkCtx {
     /// The data directory.
     pub fn data_dir(&self) -> &Path {
         &self.data_dir
+    }
+
+    /// Counts one more open resource of kind `what`, refusing it past
+    /// [`Limits::max_open_resources`].
+    pub(crate) fn slot(&self, what: &str) -> crate::AlkResult<Slot> {
+        let limit = self.limits.max_open_resources;
+        let held = self.open.fetch_add(1, Ordering::AcqRel);
+        let slot = Slot(self.open.clone());
+        if held >= limit {
+            return Err(crate::AlkError::InvalidArgument(format!(
+                "cannot open another {what}: this guest holds {held} alk resources, the host's limit; drop some first"
+            )));
+        }
+        Ok(slot)
+    }
+
+    /// Resources this instance holds now.
+    pub fn open_resources(&self) -> usize {
+        self.open.load(Ordering::Acquire)
     }
 
     /// The current time by this context's clock.
@@ -203,6 +266,7 @@ impl AlkCtxBuilder {
             durability: self.durability,
             streams: Default::default(),
             locks: Default::default(),
+            open: Default::default(),
         }
     }
 }

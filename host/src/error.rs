@@ -67,7 +67,7 @@ fn setup_message(
             path.display()
         ),
         None => format!(
-            "store {} is not a {supported:?} store: {message}",
+            "store {} (format {supported:?}) cannot be used: {message}",
             path.display()
         ),
     }

@@ -4,7 +4,7 @@
 use wasmtime::component::Resource;
 
 use crate::bindings::alk::store::kv::{self, Entry, ScanPage};
-use crate::ctx::AlkCtxView;
+use crate::ctx::{AlkCtxView, Slot};
 use crate::error::CallError;
 use crate::store::kv::KvStore;
 
@@ -13,6 +13,7 @@ use crate::store::kv::KvStore;
 pub struct Bucket {
     name: String,
     store: KvStore,
+    _slot: Slot,
 }
 
 capability_linker!("kv", kv);
@@ -21,6 +22,7 @@ impl kv::Host for AlkCtxView<'_> {}
 
 impl kv::HostBucket for AlkCtxView<'_> {
     async fn open(&mut self, name: String) -> Result<Resource<Bucket>, CallError> {
+        let slot = self.ctx.slot("bucket")?;
         let store = KvStore::open(
             &self.ctx.data_dir,
             &name,
@@ -28,7 +30,11 @@ impl kv::HostBucket for AlkCtxView<'_> {
             self.ctx.store_options(),
         )
         .await?;
-        Ok(self.table.push(Bucket { name, store })?)
+        Ok(self.table.push(Bucket {
+            name,
+            store,
+            _slot: slot,
+        })?)
     }
 
     async fn name(&mut self, bucket: Resource<Bucket>) -> wasmtime::Result<String> {

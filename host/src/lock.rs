@@ -4,7 +4,7 @@
 use wasmtime::component::Resource;
 
 use crate::bindings::alk::store::lock::{self, HolderInfo};
-use crate::ctx::AlkCtxView;
+use crate::ctx::{AlkCtxView, Slot};
 use crate::error::CallError;
 use crate::store::lock::Acquired;
 
@@ -12,6 +12,7 @@ use crate::store::lock::Acquired;
 #[derive(Debug)]
 pub struct Lock {
     acquired: Acquired,
+    _slot: Slot,
 }
 
 capability_linker!("lock", lock);
@@ -23,10 +24,14 @@ impl lock::Host for AlkCtxView<'_> {
         owner: String,
         ttl_ms: u64,
     ) -> Result<Option<Resource<Lock>>, CallError> {
+        let slot = self.ctx.slot("lock")?;
         let now = self.ctx.now();
         let store = self.ctx.lock_store().await?;
         match store.try_lock(&name, &owner, ttl_ms, now).await? {
-            Some(acquired) => Ok(Some(self.table.push(Lock { acquired })?)),
+            Some(acquired) => Ok(Some(self.table.push(Lock {
+                acquired,
+                _slot: slot,
+            })?)),
             None => Ok(None),
         }
     }
@@ -38,6 +43,7 @@ impl lock::Host for AlkCtxView<'_> {
         ttl_ms: u64,
         timeout_ms: u64,
     ) -> Result<Option<Resource<Lock>>, CallError> {
+        let slot = self.ctx.slot("lock")?;
         let clock = self.ctx.clock();
         let now = move || clock.now_ms();
         let store = self.ctx.lock_store().await?;
@@ -45,7 +51,10 @@ impl lock::Host for AlkCtxView<'_> {
             .lock_wait(&name, &owner, ttl_ms, &now, crate::deadline_in(timeout_ms))
             .await?
         {
-            Some(acquired) => Ok(Some(self.table.push(Lock { acquired })?)),
+            Some(acquired) => Ok(Some(self.table.push(Lock {
+                acquired,
+                _slot: slot,
+            })?)),
             None => Ok(None),
         }
     }

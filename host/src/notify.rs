@@ -7,7 +7,7 @@ use wasmtime::component::Resource;
 use wasmtime_wasi::p2::{DynPollable, Pollable, subscribe};
 
 use crate::bindings::alk::store::notify;
-use crate::ctx::AlkCtxView;
+use crate::ctx::{AlkCtxView, Slot};
 use crate::error::{AlkError, CallError};
 use crate::store::names::check_name;
 use crate::store::wake::{Check, Topic, Wakes};
@@ -20,6 +20,7 @@ pub struct Listener {
     topic: Arc<Topic>,
     /// The topic's signal count when the listener last woke (or attached).
     seen: u64,
+    _slot: Slot,
 }
 
 capability_linker!("notify", notify);
@@ -50,14 +51,19 @@ impl notify::Host for AlkCtxView<'_> {
 
     async fn listen(&mut self, channel: String) -> Result<Resource<Listener>, CallError> {
         check_name("channel", &channel)?;
+        let slot = self.ctx.slot("listener")?;
         let wakes = self.wakes()?;
-        let topic = wakes.topic(&topic_name(&channel));
+        // Watching starts before the listener takes its starting point, so
+        // a notification from another process sent after this call returns
+        // is seen even if the guest waits only later.
+        let topic = wakes.watched_topic(&topic_name(&channel));
         let seen = topic.seq();
         Ok(self.table.push(Listener {
             channel,
             wakes,
             topic,
             seen,
+            _slot: slot,
         })?)
     }
 }
@@ -119,6 +125,7 @@ impl notify::HostListener for AlkCtxView<'_> {
             channel: listener.channel.clone(),
             topic: listener.topic.clone(),
             seen: listener.seen,
+            _slot: self.ctx.slot("pollable")?,
         };
         let ready = self.table.push(ready)?;
         subscribe(self.table, ready)
@@ -136,6 +143,7 @@ struct ListenerReady {
     channel: String,
     topic: Arc<Topic>,
     seen: u64,
+    _slot: Slot,
 }
 
 #[wasmtime_wasi::async_trait]

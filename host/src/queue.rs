@@ -7,7 +7,7 @@ use wasmtime::component::Resource;
 use wasmtime_wasi::p2::{DynPollable, Pollable, subscribe};
 
 use crate::bindings::alk::store::queue::{self, AckOutcome, Message, Payload};
-use crate::ctx::{AlkCtxView, Clock};
+use crate::ctx::{AlkCtxView, Clock, Slot};
 use crate::error::CallError;
 use crate::store::queue::{self as store, QueueStore};
 
@@ -16,6 +16,7 @@ use crate::store::queue::{self as store, QueueStore};
 pub struct Queue {
     name: String,
     store: QueueStore,
+    _slot: Slot,
 }
 
 capability_linker!("queue", queue);
@@ -44,6 +45,7 @@ fn message(d: store::Delivery) -> Message {
 struct QueueReady {
     store: QueueStore,
     clock: Arc<dyn Clock>,
+    _slot: Slot,
 }
 
 #[wasmtime_wasi::async_trait]
@@ -58,8 +60,13 @@ impl Pollable for QueueReady {
 
 impl queue::HostQueue for AlkCtxView<'_> {
     async fn open(&mut self, name: String) -> Result<Resource<Queue>, CallError> {
+        let slot = self.ctx.slot("queue")?;
         let store = QueueStore::open(&self.ctx.data_dir, &name, self.ctx.store_options()).await?;
-        Ok(self.table.push(Queue { name, store })?)
+        Ok(self.table.push(Queue {
+            name,
+            store,
+            _slot: slot,
+        })?)
     }
 
     async fn name(&mut self, q: Resource<Queue>) -> wasmtime::Result<String> {
@@ -138,6 +145,7 @@ impl queue::HostQueue for AlkCtxView<'_> {
         let ready = QueueReady {
             store: self.table.get(&q)?.store.clone(),
             clock: self.ctx.clock(),
+            _slot: self.ctx.slot("pollable")?,
         };
         let ready = self.table.push(ready)?;
         subscribe(self.table, ready)

@@ -27,7 +27,9 @@ pub struct RunOptions {
     pub dirs: Vec<(PathBuf, String)>,
     /// Most linear memory one instance may grow to, in bytes (`None`: no limit).
     pub max_memory_bytes: Option<usize>,
-    /// Wall-clock limit of the run (`None`: no limit).
+    /// Wall-clock limit of the run, start-up included (`None`: no limit).
+    /// It stops a guest whatever it is doing: computing, or blocked in a
+    /// host call such as a waiting receive or a sleep.
     pub timeout: Option<Duration>,
     /// Capture stdout and stderr instead of inheriting the host's.
     pub capture_output: bool,
@@ -211,11 +213,13 @@ impl Runner {
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limits);
         match opts.timeout {
-            Some(t) => {
+            Some(_) => {
+                // The wall-clock limit is enforced below; the epoch makes a
+                // guest that computes without calling the host yield every
+                // tick, so the limit can fire while it runs.
                 self.start_ticker();
-                let ticks = t.as_millis().div_ceil(EPOCH_TICK.as_millis()).max(1) as u64;
-                store.set_epoch_deadline(ticks);
-                store.epoch_deadline_trap();
+                store.set_epoch_deadline(1);
+                store.epoch_deadline_async_yield_and_update(1);
             }
             None => {
                 // No limit: the epoch may tick for other runs of this
@@ -226,10 +230,24 @@ impl Runner {
             }
         }
 
-        let command = Command::instantiate_async(&mut store, component, &self.linker)
-            .await
-            .context("cannot instantiate the component")?;
-        let result = command.wasi_cli_run().call_run(&mut store).await;
+        let linker = &self.linker;
+        let guest = async move {
+            let command = Command::instantiate_async(&mut store, component, linker)
+                .await
+                .context("cannot instantiate the component")?;
+            Ok::<_, wasmtime::Error>(command.wasi_cli_run().call_run(&mut store).await)
+        };
+        // The time limit counts wall time, whatever the guest does: compute,
+        // wait in a host call (`receive-wait` with a long timeout, a sleep),
+        // or start up. Running out drops the guest where it stands; what it
+        // committed stays, a transaction it held is rolled back.
+        let result = match opts.timeout {
+            Some(limit) => match tokio::time::timeout(limit, guest).await {
+                Ok(result) => result?,
+                Err(_) => Err(wasmtime::Error::new(TimedOut)),
+            },
+            None => guest.await?,
+        };
         let status = match result {
             Ok(Ok(())) => RunStatus::Exited(0),
             Ok(Err(())) => RunStatus::Exited(1),
@@ -246,13 +264,27 @@ impl Runner {
     }
 }
 
+/// The run reached its time limit.
+#[derive(Debug)]
+struct TimedOut;
+
+impl std::fmt::Display for TimedOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("time limit reached")
+    }
+}
+
+impl std::error::Error for TimedOut {}
+
 fn describe_trap(e: &wasmtime::Error, opts: &RunOptions) -> String {
-    match e.downcast_ref::<wasmtime::Trap>() {
-        Some(wasmtime::Trap::Interrupt) => format!(
+    let timed_out = e.downcast_ref::<TimedOut>().is_some()
+        || matches!(e.downcast_ref::<wasmtime::Trap>(), Some(wasmtime::Trap::Interrupt));
+    match timed_out {
+        true => format!(
             "the guest ran past its time limit of {:?} and was stopped",
             opts.timeout.unwrap_or_default()
         ),
-        _ => {
+        false => {
             let mut text = format!("{e:?}");
             if let Some(max) = opts.max_memory_bytes
                 && text.contains("memory")

@@ -7,8 +7,8 @@ use wasmtime::component::Resource;
 use wasmtime_wasi::p2::{DynPollable, Pollable, subscribe};
 
 use crate::bindings::alk::store::stream::{self, Event, NewEvent};
-use crate::ctx::AlkCtxView;
-use crate::error::CallError;
+use crate::ctx::{AlkCtxView, Slot};
+use crate::error::{AlkError, CallError};
 use crate::store::names::{check_identifier, check_name};
 use crate::store::stream::{self as store, StreamStore, StreamTx};
 
@@ -18,13 +18,17 @@ pub struct Subscription {
     stream: String,
     consumer: String,
     position: u64,
+    _slot: Slot,
 }
 
 /// A stream transaction, as held in the instance's resource table. The
 /// store transaction is created at the first operation.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Transaction {
     tx: Option<Arc<StreamTx>>,
+    /// Rolled back before it did anything: finished all the same.
+    finished: bool,
+    _slot: Slot,
 }
 
 capability_linker!("stream", stream);
@@ -44,6 +48,7 @@ struct StreamReady {
     store: StreamStore,
     stream: String,
     position: u64,
+    _slot: Slot,
 }
 
 #[wasmtime_wasi::async_trait]
@@ -60,8 +65,12 @@ impl Pollable for StreamReady {
 impl AlkCtxView<'_> {
     /// The transaction behind `tx`, started on first use.
     async fn stream_tx(&mut self, tx: &Resource<Transaction>) -> Result<Arc<StreamTx>, CallError> {
-        if let Some(existing) = &self.table.get(tx)?.tx {
+        let t = self.table.get(tx)?;
+        if let Some(existing) = &t.tx {
             return Ok(existing.clone());
+        }
+        if t.finished {
+            return Err(AlkError::InvalidArgument("the transaction is already finished".into()).into());
         }
         let started = Arc::new(self.ctx.stream_store().await?.transaction());
         self.table.get_mut(tx)?.tx = Some(started.clone());
@@ -169,6 +178,7 @@ impl stream::Host for AlkCtxView<'_> {
     ) -> Result<Resource<Subscription>, CallError> {
         check_name("stream", &stream).map_err(CallError::from)?;
         check_identifier("consumer", &consumer).map_err(CallError::from)?;
+        let slot = self.ctx.slot("subscription")?;
         let saved = self
             .ctx
             .stream_store()
@@ -179,6 +189,7 @@ impl stream::Host for AlkCtxView<'_> {
             stream,
             consumer,
             position: saved.unwrap_or(0),
+            _slot: slot,
         })?)
     }
 }
@@ -232,6 +243,7 @@ impl stream::HostSubscription for AlkCtxView<'_> {
             store,
             stream: s.stream.clone(),
             position: s.position,
+            _slot: self.ctx.slot("pollable")?,
         };
         let ready = self.table.push(ready)?;
         subscribe(self.table, ready)
@@ -257,7 +269,12 @@ impl stream::HostSubscription for AlkCtxView<'_> {
 
 impl stream::HostTransaction for AlkCtxView<'_> {
     async fn new(&mut self) -> wasmtime::Result<Resource<Transaction>> {
-        Ok(self.table.push(Transaction::default())?)
+        let slot = self.ctx.slot("transaction")?;
+        Ok(self.table.push(Transaction {
+            tx: None,
+            finished: false,
+            _slot: slot,
+        })?)
     }
 
     async fn publish(
@@ -308,7 +325,11 @@ impl stream::HostTransaction for AlkCtxView<'_> {
     }
 
     async fn rollback(&mut self, tx: Resource<Transaction>) -> wasmtime::Result<()> {
-        if let Some(t) = &self.table.get(&tx)?.tx {
+        let t = self.table.get_mut(&tx)?;
+        // Finished either way: a transaction rolled back before its first
+        // operation takes no further operations either.
+        t.finished = true;
+        if let Some(t) = t.tx.clone() {
             t.rollback().await;
         }
         Ok(())

@@ -7,6 +7,7 @@ mod common;
 mod contract;
 mod format;
 mod guest_limits;
+mod hostile;
 mod kv_clock;
 mod lock_processes;
 mod multiprocess;

@@ -207,6 +207,28 @@ def contract():
             raises(Error_InvalidArgument, q.send, Payload_Json(bad))
         ensure(q.receive(10, None) == [])
 
+    def valid_json_beyond_a_value_parser_is_accepted():
+        q = fresh("odd-json")
+        for good in ["1e999", '"\\ud800"', "[" * 1000 + "]" * 1000]:
+            q.send(Payload_Json(good))
+        got = q.receive(10, None)
+        ensure(len(got) == 3)
+        ensure(body(got[1]) == '"\\ud800"', "stored as sent")
+
+    def receipt_never_issued_by_this_queue():
+        q = fresh("foreign-receipt")
+        other = fresh("foreign-receipt-other")
+        q.send(text("x"))
+        other.send(text("y"))
+        mine = q.receive(1, 60_000)
+        theirs = other.receive(1, 60_000)
+        ensure(mine[0].receipt.split(":")[0] == theirs[0].receipt.split(":")[0])
+        raises(Error_StaleReceipt, q.ack, theirs[0].receipt)
+        raises(Error_StaleReceipt, q.nack, "1:00000000-0000-4000-8000-000000000000")
+        q.ack("999:00000000-0000-4000-8000-000000000000")
+        q.ack(mine[0].receipt)
+        other.ack(theirs[0].receipt)
+
     def zero_visibility_is_invalid_argument():
         q = fresh("zero-vis")
         q.send(text("x"))
@@ -253,6 +275,8 @@ def contract():
         purge_removes_visible_and_in_flight,
         payload_over_64kib_is_payload_too_large,
         invalid_json_is_invalid_argument,
+        valid_json_beyond_a_value_parser_is_accepted,
+        receipt_never_issued_by_this_queue,
         zero_visibility_is_invalid_argument,
         queues_are_isolated,
         bad_queue_names_are_invalid_name,

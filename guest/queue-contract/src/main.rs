@@ -253,6 +253,36 @@ fn main() {
         ensure_matches!(q.receive(10, None), Ok(v) if v.is_empty());
         Ok(())
     });
+    c.case("valid-json-beyond-a-value-parser-is-accepted", || {
+        let q = fresh("odd-json");
+        let deep = format!("{}{}", "[".repeat(1000), "]".repeat(1000));
+        for good in ["1e999", "\"\\ud800\"", deep.as_str()] {
+            ok!(q.send(&Payload::Json(good.into())));
+        }
+        let got = ok!(q.receive(10, None));
+        ensure!(got.len() == 3);
+        ensure!(text(&got[1]) == "\"\\ud800\"", "stored as sent");
+        Ok(())
+    });
+    c.case("receipt-never-issued-by-this-queue", || {
+        let q = fresh("foreign-receipt");
+        let other = fresh("foreign-receipt-other");
+        ok!(q.send(&Payload::Text("x".into())));
+        ok!(other.send(&Payload::Text("y".into())));
+        let mine = ok!(q.receive(1, Some(60_000)));
+        let theirs = ok!(other.receive(1, Some(60_000)));
+        // Same id (1) in both queues: the other queue's receipt is not this
+        // message's current one, so it is stale here and changes nothing.
+        ensure!(mine[0].receipt.split(':').next() == theirs[0].receipt.split(':').next());
+        ensure_matches!(q.ack(&theirs[0].receipt), Err(Error::StaleReceipt(_)));
+        let made_up = format!("{}:00000000-0000-4000-8000-000000000000", 1);
+        ensure_matches!(q.nack(&made_up), Err(Error::StaleReceipt(_)));
+        // A well-formed receipt of a message that does not exist: no-op.
+        ok!(q.ack("999:00000000-0000-4000-8000-000000000000"));
+        ok!(q.ack(&mine[0].receipt));
+        ok!(other.ack(&theirs[0].receipt));
+        Ok(())
+    });
     c.case("zero-visibility-is-invalid-argument", || {
         let q = fresh("zero-vis");
         ok!(q.send(&Payload::Text("x".into())));

@@ -326,6 +326,15 @@ fn main() {
         ok!(Transaction::new().commit());
         Ok(())
     });
+    c.case("rollback-of-an-unused-transaction-finishes-it", || {
+        let s = fresh("unused-rollback");
+        let tx = Transaction::new();
+        tx.rollback();
+        ensure_matches!(tx.publish(&s, b"late"), Err(Error::InvalidArgument(_)));
+        ensure_matches!(tx.commit(), Err(Error::InvalidArgument(_)));
+        ensure_matches!(stream::read_since(&s, 0, 10), Ok(v) if v.is_empty());
+        Ok(())
+    });
     c.case("bad-stream-names-are-invalid-name", || {
         for bad in &alk_guest::bad_names() {
             ensure_matches!(stream::publish(bad, b"x"), Err(Error::InvalidName(_)));

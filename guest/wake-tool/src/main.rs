@@ -6,6 +6,9 @@
 //! - `next-wait <stream> <consumer> <timeout-ms>`: `ev <offset> <payload>` lines or `timeout`
 //! - `wait-lock <lock> <owner> <ttl-ms> <timeout-ms>`: `acquired <token>` or `timeout`
 //! - `listen <channel> <timeout-ms>`: `woken` or `timeout`
+//! - `listen-late <channel> wait|poll <timeout-ms>`: attaches a listener,
+//!   prints `listening`, reads a line from stdin, then waits (or polls the
+//!   listener's pollable): `woken` or `timeout`
 //! - `notify <channel>`: notifies, prints `notified`
 //! - `poll <queue> <stream> <channel> <timeout-ms>`: waits on a queue, a
 //!   stream subscription, a listener and a timer at once; prints the ready
@@ -97,6 +100,25 @@ fn main() {
                 "timeout"
             });
         }
+        ["listen-late", channel, how, timeout] => {
+            // Attaches, then lets the test notify (it writes a line to our
+            // stdin once the notification was sent), and only then waits:
+            // the notification came before the first wait.
+            let l = notify::listen(channel).unwrap_or_else(|e| fail(e));
+            say("listening");
+            let _ = std::io::stdin().lines().next();
+            let woken = match *how {
+                "poll" => {
+                    let timer = alk_guest::wasi::clocks::monotonic_clock::subscribe_duration(
+                        num(timeout) * 1_000_000,
+                    );
+                    let listener = l.subscribe();
+                    poll::poll(&[&listener, &timer]).contains(&0)
+                }
+                _ => l.wait(num(timeout)),
+            };
+            say(if woken { "woken" } else { "timeout" });
+        }
         ["poll", q, s, channel, timeout] => {
             let q = Queue::open(q).unwrap_or_else(|e| fail(e));
             let sub = stream::subscribe(s, "poller").unwrap_or_else(|e| fail(e));
@@ -183,7 +205,7 @@ fn main() {
         }
         _ => {
             eprintln!(
-                "usage: wake-tool <receive-wait|next-wait|wait-lock|listen|poll|ping|pong|feed|follow|idle> …"
+                "usage: wake-tool <receive-wait|next-wait|wait-lock|listen|listen-late|poll|ping|pong|feed|follow|idle> …"
             );
             std::process::exit(2);
         }

@@ -37,13 +37,16 @@ pub struct RunCommand {
     #[arg(long = "dir", value_name = "HOST[::GUEST]", value_parser = parse_dir)]
     dirs: Vec<(PathBuf, String)>,
 
-    /// Most linear memory the guest may use, in MiB; growing past it traps.
-    #[arg(long, value_name = "MIB")]
-    max_memory_mib: Option<usize>,
+    /// Most linear memory the guest may use, in MiB (1 to 65536); growing
+    /// past it traps.
+    #[arg(long, value_name = "MIB", allow_negative_numbers = true,
+          value_parser = clap::value_parser!(u32).range(1..=MAX_MEMORY_MIB))]
+    max_memory_mib: Option<u32>,
 
-    /// Stop the guest (as a trap) after this many seconds of wall time.
-    #[arg(long, value_name = "SECONDS")]
-    timeout: Option<f64>,
+    /// Stop the guest (as a trap) after this many seconds of wall time,
+    /// whatever it is doing (0.001 to 31536000, a year; fractions allowed).
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true, value_parser = parse_timeout)]
+    timeout: Option<Duration>,
 
     /// When a write counts as done. `full`: synced to disk before the call
     /// returns; nothing acknowledged is lost, even on power failure.
@@ -67,6 +70,24 @@ pub struct RunCommand {
 enum DurabilityArg {
     Full,
     Relaxed,
+}
+
+/// The largest `--max-memory-mib`: 64 GiB.
+const MAX_MEMORY_MIB: i64 = 65536;
+
+/// The longest `--timeout`: a year.
+const MAX_TIMEOUT_SECS: f64 = 365.0 * 24.0 * 3600.0;
+
+fn parse_timeout(s: &str) -> Result<Duration, String> {
+    let secs: f64 = s
+        .parse()
+        .map_err(|_| format!("expected a number of seconds, got {s:?}"))?;
+    if !(0.001..=MAX_TIMEOUT_SECS).contains(&secs) {
+        return Err(format!(
+            "{s} seconds is out of range: give 0.001 to {MAX_TIMEOUT_SECS} (a year)"
+        ));
+    }
+    Duration::try_from_secs_f64(secs).map_err(|e| format!("{s}: {e}"))
 }
 
 fn parse_env(s: &str) -> Result<(String, String), String> {
@@ -99,17 +120,14 @@ impl RunCommand {
     }
 
     fn run(self) -> wasmtime::Result<ExitCode> {
-        let timeout = match self.timeout {
-            Some(t) if t.is_finite() && t > 0.0 => Some(Duration::from_secs_f64(t)),
-            Some(t) => wasmtime::bail!("--timeout must be a positive number of seconds, got {t}"),
-            None => None,
-        };
         let opts = RunOptions {
             args: self.args,
             env: self.env,
             dirs: self.dirs,
-            max_memory_bytes: self.max_memory_mib.map(|m| m.saturating_mul(1024 * 1024)),
-            timeout,
+            max_memory_bytes: self
+                .max_memory_mib
+                .map(|m| (m as usize).saturating_mul(1024 * 1024)),
+            timeout: self.timeout,
             capture_output: false,
         };
         let program = self

@@ -178,7 +178,9 @@ impl KvStore {
     }
 
     /// The values of `keys` at `now`, in order; expired keys found are
-    /// deleted.
+    /// deleted. The list stops early, after at least one key, when the
+    /// values would pass [`super::MAX_READ_BYTES`]: the caller asks again for
+    /// the keys after the last one returned.
     pub async fn get_many(&self, keys: &[String], now: i64) -> AlkResult<Vec<Option<Vec<u8>>>> {
         super::check_batch("keys", keys.len())?;
         for key in keys {
@@ -189,8 +191,16 @@ impl KvStore {
                 Box::pin(async move {
                     let mut out = Vec::with_capacity(keys.len());
                     let mut expired_keys = Vec::new();
+                    let mut bytes = 0usize;
                     for key in keys {
-                        match select(&conn, key).await? {
+                        let found = select(&conn, key).await?;
+                        if let Some((value, _)) = &found {
+                            if !out.is_empty() && bytes + value.len() > super::MAX_READ_BYTES {
+                                break;
+                            }
+                            bytes += value.len();
+                        }
+                        match found {
                             Some((_, expires_at)) if expired(expires_at, now) => {
                                 expired_keys.push(key.as_str());
                                 out.push(None);
@@ -299,7 +309,8 @@ impl KvStore {
     /// One page of live entries whose key starts with `prefix`.
     ///
     /// The cursor is the number of live matching entries already returned,
-    /// as a decimal string.
+    /// as a decimal string. A page stops early, after at least one entry,
+    /// when its values would pass [`super::MAX_READ_BYTES`].
     pub async fn scan_prefix(
         &self,
         prefix: &str,
@@ -331,7 +342,8 @@ impl KvStore {
                 Box::pin(async move {
                     let mut rows = query(&conn, SCAN, (prefix,)).await?;
                     let mut skipped = 0u64;
-                    let mut entries = Vec::new();
+                    let mut entries: Vec<(String, Vec<u8>)> = Vec::new();
+                    let mut bytes = 0usize;
                     let mut more = false;
                     while let Some(row) = rows.next().await? {
                         let key = row.get::<String>(0)?;
@@ -349,7 +361,13 @@ impl KvStore {
                             more = true;
                             break;
                         }
-                        entries.push((key, blob(row.get_value(1)?)));
+                        let value = blob(row.get_value(1)?);
+                        if !entries.is_empty() && bytes + value.len() > super::MAX_READ_BYTES {
+                            more = true;
+                            break;
+                        }
+                        bytes += value.len();
+                        entries.push((key, value));
                     }
                     // Stopping early is deliberate (the rest of the table is not
                     // needed); dropping the rows ends the statement and its read
@@ -447,6 +465,37 @@ mod tests {
             Err(AlkError::PayloadTooLarge { what: "value", .. })
         ));
         assert_eq!(kv.get("k", 0).await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn many_large_values_come_back_in_pages_of_at_most_the_read_cap() {
+        let dir = tempfile::tempdir().unwrap();
+        let kv = bucket(dir.path()).await;
+        let mib = vec![7u8; 1024 * 1024];
+        let keys: Vec<String> = (0..40).map(|i| format!("k{i:02}")).collect();
+        let entries: Vec<(String, Vec<u8>)> =
+            keys.iter().map(|k| (k.clone(), mib.clone())).collect();
+        kv.set_many(&entries, None, 0).await.unwrap();
+        let cap = crate::store::MAX_READ_BYTES / mib.len();
+        // get-many: a shorter list, in key order; asking again for the rest
+        // returns the rest.
+        let first = kv.get_many(&keys, 0).await.unwrap();
+        assert_eq!(first.len(), cap);
+        assert!(first.iter().all(|v| v.as_deref() == Some(mib.as_slice())));
+        let rest = kv.get_many(&keys[cap..], 0).await.unwrap();
+        assert_eq!(rest.len(), cap);
+        // scan-prefix: pages of at most the cap, with a cursor, until all 40.
+        let (mut seen, mut cursor) = (Vec::new(), None::<String>);
+        loop {
+            let page = kv.scan_prefix("k", cursor.as_deref(), 1000, 0).await.unwrap();
+            assert!(!page.entries.is_empty() && page.entries.len() <= cap);
+            seen.extend(page.entries.into_iter().map(|(k, _)| k));
+            match page.next_cursor {
+                Some(c) => cursor = Some(c),
+                None => break,
+            }
+        }
+        assert_eq!(seen, keys);
     }
 
     #[tokio::test]

@@ -4,6 +4,8 @@
 //! Rust values (and the current time, so expiry is testable without
 //! sleeping) and returns [`crate::AlkResult`].
 
+pub mod inspect;
+pub mod json;
 pub mod kv;
 pub mod lock;
 pub mod names;
@@ -18,6 +20,13 @@ pub use open::{Durability, Format, Store, StoreOptions, open_store};
 /// The most items one batch call takes; more is an `invalid-argument`
 /// error, so one call cannot hold the write lock for unbounded time.
 pub const MAX_BATCH: usize = 1000;
+
+/// A read that returns many values (kv `get-many` and `scan-prefix`, stream
+/// reads) stops adding values once their bytes reach this many (it always
+/// returns at least one), so a guest cannot make the host buffer a thousand
+/// maximum-size values at once. The caller learns it from a shorter list or
+/// a next cursor and asks again for the rest.
+pub const MAX_READ_BYTES: usize = 16 * 1024 * 1024;
 
 /// Refuses a batch over [`MAX_BATCH`] items.
 pub(crate) fn check_batch(what: &str, len: usize) -> crate::AlkResult<()> {

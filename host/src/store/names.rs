@@ -53,8 +53,7 @@ pub fn check_identifier(kind: &str, name: &str) -> AlkResult<()> {
         .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
     {
         return Err(AlkError::InvalidName(format!(
-            "{kind} name {:?} contains {bad:?}; allowed are A-Z a-z 0-9 - _ .",
-            name.escape_debug().to_string()
+            "{kind} name {name:?} contains {bad:?}; allowed are A-Z a-z 0-9 - _ ."
         )));
     }
     Ok(())
@@ -135,5 +134,15 @@ mod tests {
             check_name("bucket", "__alkstore_x"),
             Err(AlkError::ReservedName(_))
         ));
+    }
+
+    #[test]
+    fn a_bad_name_is_quoted_once_in_the_error() {
+        let Err(AlkError::InvalidName(text)) = check_name("bucket", "a\"b\\c\n") else {
+            panic!("accepted");
+        };
+        // Debug-quoted once: the quote, backslash and newline appear as one
+        // escape each, not escaped again.
+        assert!(text.starts_with(r#"bucket name "a\"b\\c\n" contains '"'"#), "{text}");
     }
 }

@@ -176,7 +176,7 @@ fn payload_parts(payload: &Payload) -> AlkResult<(&'static str, &str)> {
         });
     }
     if kind == "json"
-        && let Err(e) = serde_json::from_str::<serde_json::Value>(data)
+        && let Err(e) = super::json::check(data)
     {
         return Err(AlkError::InvalidArgument(format!(
             "payload is not valid JSON: {e}"
@@ -553,7 +553,8 @@ mod contention_tests {
         };
         let q = QueueStore::open(dir.path(), "q", policy).await.unwrap();
         // Another writer holds the write lock.
-        let holder = q.store.check_out().await.unwrap();
+        let handle = q.store.handle().await.unwrap();
+        let holder = q.store.check_out(&handle).await.unwrap();
         holder.execute("BEGIN IMMEDIATE", ()).await.unwrap();
         let cpu_before = cpu_time();
         let started = Instant::now();
@@ -566,7 +567,7 @@ mod contention_tests {
         // core for the whole deadline (a spinning wait costs ~100% of it).
         eprintln!("waited {waited:?} using {cpu:?} of CPU");
         holder.execute("ROLLBACK", ()).await.unwrap();
-        q.store.check_in(holder);
+        q.store.check_in(&handle, holder);
         // Nothing was written by the refused send; the next one goes through.
         assert!(q.receive(10, None, 1).await.unwrap().is_empty());
         q.send(&Payload::Text("y".into()), 0).await.unwrap();

@@ -13,10 +13,12 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::{Duration, Instant};
 
+use futures::FutureExt as _;
 use rand::Rng;
 use turso::Connection;
 
-use super::open::Store;
+use super::open::{Handle, Store};
+use std::sync::Arc;
 use crate::error::{AlkError, AlkResult};
 
 /// How long and how often contended operations are retried.
@@ -70,7 +72,13 @@ fn is_retryable(e: &turso::Error) -> bool {
 }
 
 impl Store {
-    /// Runs `op` on a fresh connection, retrying contention.
+    /// Runs `op` on a pooled connection, retrying contention.
+    ///
+    /// A panic inside the engine is contained here: the operation fails
+    /// with `internal`, the store's database is closed (which releases its
+    /// locks on the shared files, as if this process had exited) and the
+    /// next operation opens it anew. Nothing of the failed operation is
+    /// applied: it was one statement or one transaction that did not commit.
     pub(crate) async fn run<'a, T>(
         &self,
         mut op: impl FnMut(Connection) -> OpFuture<'a, T> + Send,
@@ -79,14 +87,27 @@ impl Store {
         let start = Instant::now();
         let mut pause = policy.initial_backoff;
         loop {
-            let attempt = match self.check_out().await {
-                Ok(conn) => {
-                    let result = op(conn.clone()).await;
-                    self.check_in(conn);
-                    result
+            let handle = self.handle().await?;
+            let attempt = std::panic::AssertUnwindSafe(async {
+                let conn = self.check_out(&handle).await?;
+                let result = op(conn.clone()).await;
+                self.check_in(&handle, conn);
+                result
+            })
+            .catch_unwind()
+            .await;
+            let attempt = match attempt {
+                Ok(result) => result,
+                Err(panic) => {
+                    self.discard(&handle);
+                    return Err(AlkError::Internal(format!(
+                        "the storage engine failed on {} ({}); the operation was not applied and the store will be reopened at its next use",
+                        self.path().display(),
+                        super::open::panic_text(&*panic)
+                    )));
                 }
-                Err(e) => Err(Failure::Db(e)),
             };
+            drop(handle);
             match attempt {
                 Ok(v) => return Ok(v),
                 Err(Failure::Alk(e)) => return Err(e),
@@ -105,12 +126,47 @@ impl Store {
                     tokio::time::sleep(Duration::from_nanos(jittered)).await;
                     pause = (pause * 2).min(policy.max_backoff);
                 }
-                Err(Failure::Db(e)) => return Err(AlkError::Internal(e.to_string())),
+                Err(Failure::Db(e)) => return Err(self.engine_error(e)),
             }
         }
     }
 
-    /// Runs `op` inside `BEGIN IMMEDIATE` … `COMMIT` on a fresh connection,
+    /// The error a non-retryable engine failure is reported as.
+    pub(crate) fn engine_error(&self, e: turso::Error) -> AlkError {
+        let text = e.to_string();
+        let lower = text.to_ascii_lowercase();
+        if lower.contains("no space left") || lower.contains("disk quota") {
+            AlkError::Internal(format!(
+                "{}: no space left on the device ({text}); nothing was written",
+                self.path().display()
+            ))
+        } else if lower.contains("too many open files") {
+            AlkError::Busy(format!(
+                "{}: the host process is out of file descriptors ({text}); close stores or retry later",
+                self.path().display()
+            ))
+        } else {
+            AlkError::Internal(text)
+        }
+    }
+
+    /// Begins a `BEGIN IMMEDIATE` transaction that outlives this call (a
+    /// guest's stream transaction): its connection, and the database it
+    /// belongs to, which stays open while the connection is in use.
+    pub(crate) async fn begin(&self) -> AlkResult<(Arc<Handle>, Connection)> {
+        let handle = self.handle().await?;
+        let conn = self
+            .run(|conn: Connection| {
+                Box::pin(async move {
+                    conn.execute("BEGIN IMMEDIATE", ()).await?;
+                    Ok(conn)
+                })
+            })
+            .await?;
+        Ok((handle, conn))
+    }
+
+    /// Runs `op` inside `BEGIN IMMEDIATE` … `COMMIT` on a pooled connection,
     /// rolling back on any failure, and retrying contention as [`Store::run`].
     pub(crate) async fn run_immediate<'a, T: Send + 'a>(
         &self,

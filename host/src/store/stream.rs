@@ -9,11 +9,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::FutureExt as _;
 use tokio::time::Instant;
 use turso::{Connection, Value};
 
 use super::names::{check_identifier, check_key, check_name, check_size};
-use super::open::{Format, Store, open_store};
+use super::open::{Format, Handle, Store, open_store, panic_text};
 use super::retry::{Failure, exec, query};
 use super::wake::{Check, Wakes};
 use crate::error::{AlkError, AlkResult};
@@ -94,10 +95,7 @@ impl Default for StreamLimits {
 
 /// The most events one read returns.
 pub const MAX_READ: u32 = 1000;
-/// A read stops adding events once their payloads reach this many bytes
-/// (it always returns at least one event), so a guest cannot make the host
-/// buffer a thousand maximum-size payloads at once.
-pub const MAX_READ_BYTES: usize = 16 * 1024 * 1024;
+pub use super::MAX_READ_BYTES;
 
 /// One stored event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -385,12 +383,47 @@ async fn save_offset_on(
 enum TxState {
     /// No operation yet: no lock held.
     NotStarted,
-    /// `BEGIN IMMEDIATE` done on this connection: the write lock is held.
-    Open(Connection),
+    /// `BEGIN IMMEDIATE` done on this connection of this database: the
+    /// write lock is held. The watchdog rolls it back when it is held too
+    /// long.
+    Open(Open),
     /// Committed or rolled back by its owner.
     Finished,
     /// Rolled back by the host; the reason.
     Aborted(String),
+}
+
+/// An open transaction: its connection, the database that connection
+/// belongs to (kept open while the transaction is), and its watchdog.
+struct Open {
+    conn: Connection,
+    handle: Arc<Handle>,
+    watchdog: tokio::task::AbortHandle,
+}
+
+impl Open {
+    /// Ends the transaction with `sql` (`COMMIT` or `ROLLBACK`); the
+    /// connection goes back to the pool when it did.
+    async fn end(self, store: &Store, sql: &str) -> Result<(), String> {
+        self.watchdog.abort();
+        let result = std::panic::AssertUnwindSafe(self.conn.execute(sql, ()))
+            .catch_unwind()
+            .await;
+        match result {
+            Ok(Ok(_)) => {
+                store.check_in(&self.handle, self.conn);
+                Ok(())
+            }
+            Ok(Err(e)) => {
+                let _ = self.conn.execute("ROLLBACK", ()).await;
+                Err(e.to_string())
+            }
+            Err(panic) => {
+                store.discard(&self.handle);
+                Err(format!("the engine failed: {}", panic_text(&*panic)))
+            }
+        }
+    }
 }
 
 /// A transaction on the stream store: publishes and offset saves made in it
@@ -425,21 +458,15 @@ impl StreamTx {
     ) -> AlkResult<T> {
         let mut state = self.state.lock().await;
         if matches!(*state, TxState::NotStarted) {
-            let conn = self
-                .store
-                .store
-                .run(|conn: Connection| {
-                    Box::pin(async move {
-                        conn.execute("BEGIN IMMEDIATE", ()).await?;
-                        Ok(conn)
-                    })
-                })
-                .await?;
-            *state = TxState::Open(conn);
-            self.arm_watchdog();
+            let (handle, conn) = self.store.store.begin().await?;
+            *state = TxState::Open(Open {
+                conn,
+                handle,
+                watchdog: self.arm_watchdog(),
+            });
         }
         let conn = match &*state {
-            TxState::Open(conn) => conn.clone(),
+            TxState::Open(open) => open.conn.clone(),
             TxState::Finished => {
                 return Err(AlkError::InvalidArgument(
                     "the transaction is already finished".into(),
@@ -448,34 +475,53 @@ impl StreamTx {
             TxState::Aborted(why) => return Err(AlkError::TransactionAborted(why.clone())),
             TxState::NotStarted => unreachable!("begun above"),
         };
-        match op(&conn).await {
-            Ok(v) => Ok(v),
+        let result = std::panic::AssertUnwindSafe(op(&conn))
+            .catch_unwind()
+            .await
+            .map_err(|panic| format!("the engine failed: {}", panic_text(&*panic)));
+        let why = match result {
+            Ok(Ok(v)) => return Ok(v),
             // A refused request wrote nothing: the transaction goes on.
-            Err(Failure::Alk(e)) => Err(e),
-            Err(Failure::Db(e)) => {
-                let _ = conn.execute("ROLLBACK", ()).await;
-                let why = format!("an operation failed and the transaction was rolled back: {e}");
-                *state = TxState::Aborted(why.clone());
-                Err(AlkError::TransactionAborted(why))
+            Ok(Err(Failure::Alk(e))) => return Err(e),
+            Ok(Err(Failure::Db(e))) => e.to_string(),
+            Err(panicked) => panicked,
+        };
+        if let TxState::Open(open) = std::mem::replace(&mut *state, TxState::Finished) {
+            if why.starts_with("the engine failed") {
+                // Its state is unknown: close the database (which drops the
+                // uncommitted transaction and its lock) rather than use it.
+                open.watchdog.abort();
+                self.store.store.discard(&open.handle);
+            } else {
+                let _ = open.end(&self.store.store, "ROLLBACK").await;
             }
         }
+        let why = format!("an operation failed and the transaction was rolled back: {why}");
+        *state = TxState::Aborted(why.clone());
+        Err(AlkError::TransactionAborted(why))
     }
 
-    /// Rolls the transaction back once it has held the lock too long.
-    fn arm_watchdog(&self) {
+    /// Rolls the transaction back once it has held the lock too long; the
+    /// task is aborted when the transaction ends first.
+    fn arm_watchdog(&self) -> tokio::task::AbortHandle {
         let state = Arc::downgrade(&self.state);
         let limit = self.store.limits.max_transaction;
+        let store = self.store.store.clone();
         tokio::spawn(async move {
             tokio::time::sleep(limit).await;
             let Some(state) = state.upgrade() else { return };
             let mut state = state.lock().await;
-            if let TxState::Open(conn) = &*state {
-                let _ = conn.execute("ROLLBACK", ()).await;
+            if !matches!(*state, TxState::Open(_)) {
+                return;
+            }
+            if let TxState::Open(open) = std::mem::replace(&mut *state, TxState::Finished) {
+                let _ = open.end(&store, "ROLLBACK").await;
                 *state = TxState::Aborted(format!(
                     "the transaction was open longer than {limit:?} and was rolled back"
                 ));
             }
-        });
+        })
+        .abort_handle()
     }
 
     /// Appends an event inside the transaction; returns its offset.
@@ -512,9 +558,8 @@ impl StreamTx {
         let mut state = self.state.lock().await;
         match std::mem::replace(&mut *state, TxState::Finished) {
             TxState::NotStarted => Ok(()),
-            TxState::Open(conn) => match conn.execute("COMMIT", ()).await {
-                Ok(_) => {
-                    self.store.store.check_in(conn);
+            TxState::Open(open) => match open.end(&self.store.store, "COMMIT").await {
+                Ok(()) => {
                     let published = std::mem::take(
                         &mut *self.published.lock().unwrap_or_else(|p| p.into_inner()),
                     );
@@ -524,7 +569,6 @@ impl StreamTx {
                     Ok(())
                 }
                 Err(e) => {
-                    let _ = conn.execute("ROLLBACK", ()).await;
                     let why = format!("commit failed and the transaction was rolled back: {e}");
                     *state = TxState::Aborted(why.clone());
                     Err(AlkError::TransactionAborted(why))
@@ -543,10 +587,8 @@ impl StreamTx {
     /// Discards everything done in the transaction.
     pub async fn rollback(&self) {
         let mut state = self.state.lock().await;
-        if let TxState::Open(conn) = std::mem::replace(&mut *state, TxState::Finished)
-            && conn.execute("ROLLBACK", ()).await.is_ok()
-        {
-            self.store.store.check_in(conn);
+        if let TxState::Open(open) = std::mem::replace(&mut *state, TxState::Finished) {
+            let _ = open.end(&self.store.store, "ROLLBACK").await;
         }
     }
 }
@@ -558,11 +600,12 @@ impl Drop for StreamTx {
         let Ok(mut state) = self.state.try_lock() else {
             return;
         };
-        if let TxState::Open(conn) = std::mem::replace(&mut *state, TxState::Finished)
+        if let TxState::Open(open) = std::mem::replace(&mut *state, TxState::Finished)
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
+            let store = self.store.store.clone();
             runtime.spawn(async move {
-                let _ = conn.execute("ROLLBACK", ()).await;
+                let _ = open.end(&store, "ROLLBACK").await;
             });
         }
     }
@@ -643,6 +686,29 @@ mod tests {
             tx.commit().await,
             Err(AlkError::InvalidArgument(_))
         ));
+    }
+
+    #[tokio::test]
+    async fn an_engine_panic_inside_a_transaction_aborts_it_and_frees_the_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = store(dir.path()).await;
+        let tx = s.transaction();
+        tx.publish("s", None, b"in tx", 0).await.unwrap();
+        let failed = tx
+            .with_conn(async |_conn: &Connection| -> Result<(), Failure> {
+                panic!("simulated engine failure")
+            })
+            .await;
+        assert!(
+            matches!(&failed, Err(AlkError::TransactionAborted(m)) if m.contains("simulated")),
+            "{failed:?}"
+        );
+        assert!(matches!(
+            tx.commit().await,
+            Err(AlkError::TransactionAborted(_))
+        ));
+        // Nothing of it was applied, and the write lock is free.
+        assert_eq!(s.publish("s", None, b"after", 0).await.unwrap(), 1);
     }
 
     #[tokio::test]

@@ -42,6 +42,15 @@ use crate::error::AlkResult;
 /// The longest a waiter sleeps before re-reading the store on its own.
 pub const FALLBACK: Duration = Duration::from_millis(250);
 
+/// Most wake files a process keeps open per data directory. Signalling a
+/// topic beyond them opens its file; the least recently signalled one is
+/// closed and removed (the next signal on it creates it again).
+pub const MAX_WAKE_FILES: usize = 32;
+
+/// Topics known to a process are pruned of those nobody waits on or
+/// listens to once there are more than this many.
+const PRUNE_TOPICS_OVER: usize = 1024;
+
 /// One topic's waiters in this process.
 #[derive(Debug, Default)]
 pub struct Topic {
@@ -72,9 +81,22 @@ pub struct Wakes {
 #[derive(Debug)]
 struct Inner {
     dir: PathBuf,
-    topics: Mutex<HashMap<String, Arc<Topic>>>,
-    files: Mutex<HashMap<String, File>>,
+    topics: Mutex<Topics>,
+    files: Mutex<WakeFiles>,
     watching: Mutex<bool>,
+}
+
+#[derive(Debug, Default)]
+struct Topics {
+    map: HashMap<String, Arc<Topic>>,
+    prune_at: usize,
+}
+
+/// The open wake files of this process, least recently used first out.
+#[derive(Debug, Default)]
+struct WakeFiles {
+    open: HashMap<String, (File, u64)>,
+    tick: u64,
 }
 
 static REGISTRY: LazyLock<Mutex<HashMap<PathBuf, Wakes>>> = LazyLock::new(Default::default);
@@ -117,48 +139,96 @@ impl Wakes {
 
     /// The topic `name` in this process.
     pub fn topic(&self, name: &str) -> Arc<Topic> {
-        lock(&self.inner.topics)
-            .entry(name.to_string())
-            .or_default()
-            .clone()
+        let mut topics = lock(&self.inner.topics);
+        if let Some(t) = topics.map.get(name) {
+            return t.clone();
+        }
+        // Names come from guests: forget the topics nobody holds any more,
+        // so the map does not grow with every name a guest invents.
+        if topics.map.len() >= topics.prune_at.max(PRUNE_TOPICS_OVER) {
+            topics.map.retain(|_, t| Arc::strong_count(t) > 1);
+            topics.prune_at = topics.map.len() * 2;
+        }
+        let t = Arc::new(Topic::default());
+        topics.map.insert(name.to_string(), t.clone());
+        t
+    }
+
+    /// The topic `name`, with this process watching for other processes'
+    /// signals from now on. A listener attaches through this, so that a
+    /// signal sent after it attached is seen even before it first waits.
+    pub fn watched_topic(&self, name: &str) -> Arc<Topic> {
+        self.ensure_watching();
+        self.topic(name)
     }
 
     /// Announces a committed change on `topic` to waiters in this and
     /// every other process. Best effort: a failure to write the wake file
     /// only delays other processes until their fallback re-read.
     pub fn signal(&self, topic: &str) {
-        let t = self.topic(topic);
-        t.wake();
-        let mut files = lock(&self.inner.files);
-        if !files.contains_key(topic) {
-            let _ = std::fs::create_dir_all(&self.inner.dir);
-            match std::fs::OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .open(
-                    self.inner
-                        .dir
-                        .join(format!("{topic}@{}", std::process::id())),
-                ) {
-                Ok(f) => {
-                    files.insert(topic.to_string(), f);
-                }
-                Err(_) => return,
+        let t = lock(&self.inner.topics).map.get(topic).cloned();
+        let seq = match t {
+            Some(t) => {
+                t.wake();
+                t.seq()
             }
+            None => 1,
+        };
+        let mut files = lock(&self.inner.files);
+        files.tick += 1;
+        let tick = files.tick;
+        if let Some((f, used)) = files.open.get_mut(topic) {
+            *used = tick;
+            let _ = f.write_at(&seq.to_le_bytes(), 0);
+            return;
         }
-        if let Some(f) = files.get(topic) {
-            let _ = f.write_at(&t.seq().to_le_bytes(), 0);
+        let path = self.file_of(topic);
+        let _ = std::fs::create_dir_all(&self.inner.dir);
+        let Ok(f) = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+        else {
+            return;
+        };
+        let _ = f.write_at(&seq.to_le_bytes(), 0);
+        if files.open.len() >= MAX_WAKE_FILES
+            && let Some(oldest) = files
+                .open
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(name, _)| name.clone())
+        {
+            files.open.remove(&oldest);
+            let _ = std::fs::remove_file(self.file_of(&oldest));
         }
+        files.open.insert(topic.to_string(), (f, tick));
     }
 
-    /// Starts this process's watcher of `<data-dir>/wake/` (once).
+    fn file_of(&self, topic: &str) -> PathBuf {
+        self.inner
+            .dir
+            .join(format!("{topic}@{}", std::process::id()))
+    }
+
+    /// Wake files this process holds open (for tests).
+    pub fn open_files(&self) -> usize {
+        lock(&self.inner.files).open.len()
+    }
+
+    /// Topics this process knows (for tests).
+    pub fn known_topics(&self) -> usize {
+        lock(&self.inner.topics).map.len()
+    }
+
+    /// Starts watching `<data-dir>/wake/` in this process (once).
     fn ensure_watching(&self) {
         let mut watching = lock(&self.inner.watching);
         if *watching {
             return;
         }
-        *watching = watch(self.inner.clone()).is_ok();
+        *watching = watch(&self.inner).is_ok();
     }
 
     /// Waits until `check` finds what the caller waits for, or `deadline`.
@@ -173,8 +243,7 @@ impl Wakes {
         deadline: Option<Instant>,
         mut check: impl FnMut() -> CheckFuture<'a, T> + Send,
     ) -> AlkResult<Option<T>> {
-        self.ensure_watching();
-        let t = self.topic(topic);
+        let t = self.watched_topic(topic);
         loop {
             let notified = t.notify.notified();
             tokio::pin!(notified);
@@ -199,12 +268,102 @@ impl Wakes {
     }
 }
 
-/// Runs the inotify watcher thread of one data directory.
+/// The process's one inotify watcher: one thread and one inotify instance
+/// for every data directory, so neither grows with the number of data
+/// directories an embedder uses.
 #[cfg(target_os = "linux")]
-fn watch(inner: Arc<Inner>) -> std::io::Result<()> {
-    use inotify::{Inotify, WatchMask};
+mod watcher {
+    use std::collections::HashMap;
+    use std::sync::{Arc, LazyLock, Mutex, Weak};
+
+    use inotify::{EventMask, Inotify, WatchMask, Watches};
+
+    use super::{Inner, lock};
+
+    pub(super) struct Watcher {
+        watches: Watches,
+        dirs: Arc<Mutex<HashMap<i32, Weak<Inner>>>>,
+    }
+
+    static WATCHER: LazyLock<Mutex<Option<Watcher>>> = LazyLock::new(Default::default);
+
+    /// Adds `inner`'s wake directory to the watcher, starting it if needed.
+    pub(super) fn add(inner: &Arc<Inner>) -> std::io::Result<()> {
+        let mut guard = lock(&WATCHER);
+        if guard.is_none() {
+            *guard = Some(start()?);
+        }
+        let w = guard.as_mut().expect("started above");
+        let wd = w
+            .watches
+            .add(&inner.dir, WatchMask::MODIFY | WatchMask::CLOSE_WRITE)?;
+        lock(&w.dirs).insert(wd.get_watch_descriptor_id(), Arc::downgrade(inner));
+        Ok(())
+    }
+
+    fn start() -> std::io::Result<Watcher> {
+        let mut inotify = Inotify::init()?;
+        let dirs: Arc<Mutex<HashMap<i32, Weak<Inner>>>> = Default::default();
+        let watcher = Watcher {
+            watches: inotify.watches(),
+            dirs: dirs.clone(),
+        };
+        let me = std::process::id().to_string();
+        std::thread::Builder::new()
+            .name("alk-wake".into())
+            .spawn(move || {
+                let mut buffer = [0u8; 16 * 1024];
+                loop {
+                    let Ok(events) = inotify.read_events_blocking(&mut buffer) else {
+                        // The fallback re-reads keep waiters going without us.
+                        return;
+                    };
+                    let mut woken: Vec<(i32, String)> = Vec::new();
+                    let mut overflowed = false;
+                    for event in events {
+                        if event.mask.contains(EventMask::Q_OVERFLOW) {
+                            overflowed = true;
+                            continue;
+                        }
+                        let Some((topic, pid)) = event
+                            .name
+                            .and_then(|n| n.to_str())
+                            .and_then(|n| n.rsplit_once('@'))
+                        else {
+                            continue;
+                        };
+                        let wd = event.wd.get_watch_descriptor_id();
+                        if pid != me && !woken.iter().any(|(d, t)| *d == wd && t == topic) {
+                            woken.push((wd, topic.to_string()));
+                        }
+                    }
+                    let dirs = lock(&dirs);
+                    if overflowed {
+                        // Signals were lost: wake everyone (wakes are hints).
+                        for inner in dirs.values().filter_map(Weak::upgrade) {
+                            for t in lock(&inner.topics).map.values() {
+                                t.wake();
+                            }
+                        }
+                        continue;
+                    }
+                    for (wd, name) in woken {
+                        if let Some(inner) = dirs.get(&wd).and_then(Weak::upgrade)
+                            && let Some(t) = lock(&inner.topics).map.get(&name)
+                        {
+                            t.wake();
+                        }
+                    }
+                }
+            })?;
+        Ok(watcher)
+    }
+}
+
+/// Watches `<data-dir>/wake/` for other processes' signals.
+#[cfg(target_os = "linux")]
+fn watch(inner: &Arc<Inner>) -> std::io::Result<()> {
     std::fs::create_dir_all(&inner.dir)?;
-    let me = std::process::id().to_string();
     // Wake files of processes that have exited are of no further use.
     for entry in std::fs::read_dir(&inner.dir)?.flatten() {
         let name = entry.file_name();
@@ -215,46 +374,12 @@ fn watch(inner: Arc<Inner>) -> std::io::Result<()> {
             let _ = std::fs::remove_file(entry.path());
         }
     }
-    let mut inotify = Inotify::init()?;
-    inotify
-        .watches()
-        .add(&inner.dir, WatchMask::MODIFY | WatchMask::CLOSE_WRITE)?;
-    std::thread::Builder::new()
-        .name("alk-wake".into())
-        .spawn(move || {
-            let mut buffer = [0u8; 4096];
-            loop {
-                let Ok(events) = inotify.read_events_blocking(&mut buffer) else {
-                    // The fallback re-reads keep waiters going without us.
-                    return;
-                };
-                let mut woken: Vec<String> = Vec::new();
-                for event in events {
-                    let Some((topic, pid)) = event
-                        .name
-                        .and_then(|n| n.to_str())
-                        .and_then(|n| n.rsplit_once('@'))
-                    else {
-                        continue;
-                    };
-                    if pid != me && !woken.iter().any(|w| w == topic) {
-                        woken.push(topic.to_string());
-                    }
-                }
-                let topics = lock(&inner.topics);
-                for name in woken {
-                    if let Some(t) = topics.get(&name) {
-                        t.wake();
-                    }
-                }
-            }
-        })?;
-    Ok(())
+    watcher::add(inner)
 }
 
 /// Without inotify, waiters rely on their fallback re-reads.
 #[cfg(not(target_os = "linux"))]
-fn watch(_inner: Arc<Inner>) -> std::io::Result<()> {
+fn watch(_inner: &Arc<Inner>) -> std::io::Result<()> {
     Ok(())
 }
 
@@ -303,5 +428,25 @@ mod tests {
             .await
             .unwrap();
         assert!(timed_out.is_none());
+    }
+
+    #[tokio::test]
+    async fn wake_files_and_topics_stay_bounded_whatever_names_are_signalled() {
+        let dir = tempfile::tempdir().unwrap();
+        let wakes = Wakes::for_data_dir(dir.path());
+        let held = wakes.watched_topic("held");
+        for i in 0..5_000 {
+            let name = format!("t{i}");
+            let _ = wakes.topic(&name);
+            wakes.signal(&name);
+        }
+        assert!(wakes.open_files() <= MAX_WAKE_FILES, "{}", wakes.open_files());
+        let on_disk = std::fs::read_dir(dir.path().join("wake")).unwrap().count();
+        assert!(on_disk <= MAX_WAKE_FILES, "{on_disk} wake files left on disk");
+        assert!(wakes.known_topics() <= 2 * PRUNE_TOPICS_OVER, "{}", wakes.known_topics());
+        // A topic someone holds survives pruning, and still wakes.
+        wakes.signal("held");
+        assert!(held.seq() >= 1);
+        assert!(Arc::ptr_eq(&held, &wakes.topic("held")));
     }
 }

@@ -10,6 +10,10 @@
 //!
 //! It prints `ops <n> <elapsed-µs> <start-µs> <end-µs>` like the guest.
 //!
+//! `alk-bench mix sqlite <full|relaxed> <role…> <data-dir>` is one process
+//! of the multi-process mix (see `tests/shared/mix.rs`) on stock SQLite:
+//! the same roles, steps and output as the `soak` guest under `alk-host`.
+//!
 //! `alk-bench instances <count> <wake-tool.wasm> <data-dir> <cache-dir>`
 //! runs `count` guests at once in one process, each blocked in a wait, and
 //! prints `rss <before-KiB> <with-count-KiB>`.
@@ -61,6 +65,9 @@ fn main() {
                 other => panic!("unknown engine {other}"),
             };
             println!("ops {done} {elapsed} {start} {end}");
+        }
+        ["mix", "sqlite", durability, rest @ .., dir] => {
+            mix_sqlite(rest, Path::new(dir), *durability == "relaxed");
         }
         ["instances", count, guest, dir, cache] => {
             let count: usize = count.parse().expect("count");
@@ -539,6 +546,202 @@ fn sqlite(op: &str, n: usize, tag: &str, dir: &Path, relaxed: bool) -> Timing {
         other => panic!("unknown op {other}"),
     }
     (done, start.elapsed().as_micros(), start_wall, wall_us())
+}
+
+/// Timings of the calls one mix process made.
+#[derive(Default)]
+struct MixStats {
+    lat: Vec<u32>,
+    write_max: u32,
+}
+
+impl MixStats {
+    fn call<T>(&mut self, writes: bool, f: impl FnOnce() -> T) -> T {
+        let start = Instant::now();
+        let v = f();
+        let us = start.elapsed().as_micros().min(u32::MAX as u128) as u32;
+        self.lat.push(us);
+        if writes {
+            self.write_max = self.write_max.max(us);
+        }
+        v
+    }
+
+    fn report(mut self) {
+        self.lat.sort_unstable();
+        let at = |q: f64| {
+            self.lat
+                .get(((self.lat.len() as f64 * q) as usize).min(self.lat.len().saturating_sub(1)))
+                .copied()
+                .unwrap_or(0)
+        };
+        println!("ops {}", self.lat.len());
+        println!("lat {} {} {}", at(0.5), at(0.99), self.lat.last().copied().unwrap_or(0));
+        println!("write {}", self.write_max);
+        // SQLite's busy handler waits (up to 5 s); a busy past it panics.
+        println!("busy 0");
+    }
+}
+
+/// One process of the mix on stock SQLite, with the statements of alk's
+/// formats: a claim is `BEGIN IMMEDIATE`, the due ids, a claim per id.
+fn mix_sqlite(role: &[&str], dir: &Path, relaxed: bool) {
+    let kvc = sqlite_db(dir, "kv.sqlite", kv::DDL, relaxed);
+    let qc = sqlite_db(dir, "queue.sqlite", queue::DDL, relaxed);
+    let sc = sqlite_db(dir, "stream.sqlite", stream::DDL, relaxed);
+    let lc = sqlite_db(dir, "lock.sqlite", lock::DDL, relaxed);
+    let mut stats = MixStats::default();
+    let send = |text: &str| {
+        qc.prepare_cached(queue::SEND)
+            .unwrap()
+            .execute(params!["text", text, now_ms()])
+            .unwrap();
+    };
+    let lock_once = |stats: &mut MixStats, owner: &str| {
+        let now = now_ms();
+        let token: Option<i64> = stats.call(true, || {
+            lc.prepare_cached(lock::ACQUIRE)
+                .unwrap()
+                .query_row(params!["soak", owner, now, now + 5_000], |r| r.get(0))
+                .ok()
+        });
+        if let Some(token) = token {
+            stats.call(true, || {
+                lc.prepare_cached(lock::RELEASE)
+                    .unwrap()
+                    .execute(params!["soak", owner, token, now_ms()])
+                    .unwrap()
+            });
+        }
+    };
+    match role {
+        ["producer", tag, ms] => {
+            let until = Instant::now() + std::time::Duration::from_millis(ms.parse().unwrap());
+            let mut n = 0u64;
+            while Instant::now() < until {
+                n += 1;
+                let payload = format!("{tag}-{n}");
+                stats.call(true, || send(&payload));
+                if n % 10 == 0 {
+                    stats.call(true, || {
+                        kvc.prepare_cached(kv::PUT)
+                            .unwrap()
+                            .execute(params![tag, n.to_string().into_bytes(), Option::<i64>::None])
+                            .unwrap()
+                    });
+                }
+                if n % 20 == 0 {
+                    stats.call(true, || {
+                        immediate(&sc, |c| {
+                            let offset: i64 = c
+                                .prepare_cached(stream::NEXT_OFFSET)?
+                                .query_row(params!["soak"], |r| r.get(0))?;
+                            c.prepare_cached(stream::APPEND)?.execute(params![
+                                "soak",
+                                offset,
+                                Option::<String>::None,
+                                payload.as_bytes(),
+                                now_ms()
+                            ])
+                        })
+                    });
+                }
+                if n % 50 == 0 {
+                    lock_once(&mut stats, tag);
+                }
+            }
+            println!("sent {n}");
+        }
+        ["worker", batch, name] => {
+            let batch: i64 = batch.parse().unwrap();
+            let (mut acked, mut rounds, mut position, mut stopped) = (0u64, 0u64, 0i64, false);
+            while !stopped {
+                let got: Vec<(i64, String, String, i64)> = stats.call(true, || {
+                    immediate(&qc, |c| {
+                        let now = now_ms();
+                        let ids: Vec<i64> = c
+                            .prepare_cached(queue::SELECT_DUE)?
+                            .query_map(params![now, batch], |r| r.get(0))?
+                            .collect::<rusqlite::Result<_>>()?;
+                        let mut out = Vec::new();
+                        for id in ids {
+                            let uuid = format!("{:032x}", wall_us() ^ (id as u128) << 64);
+                            let (body, attempt): (String, i64) = c
+                                .prepare_cached(queue::CLAIM)?
+                                .query_row(params![now + 60_000, uuid, id], |r| {
+                                    Ok((r.get(1)?, r.get(2)?))
+                                })?;
+                            out.push((id, uuid, body, attempt));
+                        }
+                        Ok(out)
+                    })
+                });
+                if got.is_empty() {
+                    // No wake-up to wait for: poll, as SQLite queues do.
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                    continue;
+                }
+                rounds += 1;
+                let mut settle = Vec::new();
+                for (id, uuid, body, attempt) in got {
+                    if body == "stop" {
+                        if stopped {
+                            qc.prepare_cached(queue::NACK)
+                                .unwrap()
+                                .execute(params![id, uuid, now_ms()])
+                                .unwrap();
+                            continue;
+                        }
+                        stopped = true;
+                    } else {
+                        println!("got {body} {attempt}");
+                        acked += 1;
+                    }
+                    settle.push((id, uuid));
+                }
+                stats.call(true, || {
+                    immediate(&qc, |c| {
+                        for (id, uuid) in &settle {
+                            c.prepare_cached(queue::ACK)?.execute(params![id, uuid])?;
+                        }
+                        Ok(())
+                    })
+                });
+                if rounds % 10 == 0 {
+                    stats.call(false, || {
+                        kvc.prepare_cached(kv::SELECT)
+                            .unwrap()
+                            .query_map(params!["p0"], |r| r.get::<_, Vec<u8>>(0))
+                            .unwrap()
+                            .count()
+                    });
+                }
+                if rounds % 20 == 0 {
+                    let last: Option<i64> = stats.call(false, || {
+                        sc.prepare_cached(stream::READ_SINCE)
+                            .unwrap()
+                            .query_map(params!["soak", position, 10], |r| r.get::<_, i64>(0))
+                            .unwrap()
+                            .filter_map(|r| r.ok())
+                            .last()
+                    });
+                    position = last.unwrap_or(position);
+                }
+                if rounds % 50 == 0 {
+                    lock_once(&mut stats, name);
+                }
+            }
+            println!("acked {acked}");
+        }
+        ["stop", count] => {
+            for _ in 0..count.parse::<usize>().unwrap() {
+                stats.call(true, || send("stop"));
+            }
+            println!("stopped");
+        }
+        other => panic!("unknown mix role {other:?}"),
+    }
+    stats.report();
 }
 
 fn rss_kib() -> u64 {

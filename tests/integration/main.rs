@@ -12,5 +12,6 @@ mod kv_clock;
 mod lock_processes;
 mod multiprocess;
 mod queue_processes;
+mod soak;
 mod stream_processes;
 mod wake_processes;

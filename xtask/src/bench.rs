@@ -11,6 +11,9 @@ use std::time::Instant;
 
 use crate::Result;
 
+#[path = "../../tests/shared/mix.rs"]
+mod mix;
+
 /// Wakes measured per latency benchmark.
 const WAKE_ROUNDS: usize = 1000;
 /// How long the idle host is watched, in milliseconds.
@@ -449,6 +452,103 @@ fn peak_rss(cmd: &mut Command) -> Result<u64> {
     }
 }
 
+/// CPU seconds used by this process's waited-for children so far
+/// (`cutime + cstime` of `/proc/self/stat`).
+fn children_cpu() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    let ticks: f64 = [13, 14]
+        .iter()
+        .filter_map(|i| fields.get(*i).and_then(|v| v.parse::<f64>().ok()))
+        .sum();
+    ticks / 100.0
+}
+
+/// One configuration of the mixed workload, measured on one engine.
+struct MixCell {
+    /// Messages per second, per run.
+    rate: Vec<f64>,
+    /// Median worker p50 / highest worker p99 / worst write, µs (medians
+    /// over runs).
+    p50: f64,
+    p99: f64,
+    worst_write: f64,
+    /// CPU seconds per 1,000 messages (median over runs).
+    cpu_per_k: f64,
+}
+
+/// Runs the mix `RUNS` times on `engine` ("alk" or "sqlite").
+fn mix_cell(
+    b: &Bench,
+    engine: &str,
+    durability: &str,
+    cfg: &mix::Mix,
+) -> Result<MixCell> {
+    let (mut rate, mut p50, mut p99, mut ww, mut cpu) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..RUNS {
+        let dir = fresh_dir(b.root, "mix")?;
+        let command = |role: &mix::Role| {
+            let role_args: Vec<String> = match role {
+                mix::Role::Producer { tag, ms } => {
+                    vec!["producer".into(), tag.clone(), ms.to_string()]
+                }
+                mix::Role::Worker { batch, name } => {
+                    vec!["worker".into(), batch.to_string(), name.clone()]
+                }
+                mix::Role::Stop { count } => vec!["stop".into(), count.to_string()],
+            };
+            if engine == "alk" {
+                let mut c = Command::new(b.host.bin);
+                c.arg("run")
+                    .args(["--durability", durability, "--cache-dir"])
+                    .arg(b.root.join("target/bench-cache"))
+                    .arg(b.host.guests.join("soak.wasm"))
+                    .arg("--data-dir")
+                    .arg(&dir)
+                    .arg("--")
+                    .arg(&role_args[0])
+                    .arg("jobs")
+                    .args(&role_args[1..]);
+                c
+            } else {
+                let mut c = Command::new(&b.native);
+                c.args(["mix", "sqlite", durability])
+                    .args(&role_args)
+                    .arg(&dir);
+                c
+            }
+        };
+        let cpu0 = children_cpu();
+        let out = mix::run(cfg, &command);
+        let used = children_cpu() - cpu0;
+        if !out.problems.is_empty() {
+            return Err(format!(
+                "the {engine} mix ({durability}) was not clean: {}",
+                out.problems.join("; ")
+            ));
+        }
+        rate.push(out.messages_per_s());
+        p50.push(out.worker_p50 as f64);
+        p99.push(out.worker_p99 as f64);
+        ww.push(out.worst_write as f64);
+        cpu.push(used / (out.messages as f64 / 1000.0));
+    }
+    rate.sort_by(f64::total_cmp);
+    Ok(MixCell {
+        rate,
+        p50: median(p50).0,
+        p99: median(p99).0,
+        worst_write: median(ww).0,
+        cpu_per_k: median(cpu).0,
+    })
+}
+
 fn median(mut v: Vec<f64>) -> (f64, f64, f64) {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
     (v[v.len() / 2], v[0], v[v.len() - 1])
@@ -556,6 +656,34 @@ pub fn run(root: &Path, host_bin: &Path, native: &Path, wasmtime: &Path) -> Resu
         true,
         4,
     )?;
+
+    // Compile the soak guest into the bench cache once.
+    let _ = Command::new(host_bin)
+        .arg("compile")
+        .arg("--cache-dir")
+        .arg(root.join("target/bench-cache"))
+        .arg(host.guests.join("soak.wasm"))
+        .output();
+    let mut mixes = Vec::new();
+    for (durability, workers, producers, secs) in [
+        ("full", 1, 1, 5),
+        ("full", 4, 2, 10),
+        ("full", 8, 4, 5),
+        ("relaxed", 1, 1, 5),
+        ("relaxed", 4, 2, 10),
+        ("relaxed", 8, 4, 5),
+    ] {
+        let cfg = mix::Mix {
+            workers,
+            producers,
+            produce: std::time::Duration::from_secs(secs),
+            batch: 1,
+        };
+        eprintln!("bench: mixed workload, {workers} workers + {producers} producers, {durability}");
+        let alk = mix_cell(&b, "alk", durability, &cfg)?;
+        let sqlite = mix_cell(&b, "sqlite", durability, &cfg)?;
+        mixes.push((durability, workers, producers, secs, alk, sqlite));
+    }
 
     eprintln!("bench: connection strategies");
     let mut strategies = Vec::new();
@@ -729,6 +857,23 @@ pub fn run(root: &Path, host_bin: &Path, native: &Path, wasmtime: &Path) -> Resu
         "",
         &relaxed_multi,
     );
+    md.push_str("### Mixed workload — several processes on one data directory\n\n");
+    md.push_str("The soak's mix (`tests/shared/mix.rs`): worker processes receive one message at a time (a waiting receive) and\nacknowledge it; producer processes send one message per call for the given time; every 10th, 20th and 50th step\nalso sets a key, publishes to a stream, and takes and releases a lock. Every message is then checked to have been\nacknowledged exactly once. alk: `alk-host run --durability <d> target/guests/soak.wasm -- <role> …`; SQLite: the same\nsteps and statements from Rust on stock SQLite (`alk-bench mix sqlite <d> <role> …`; a worker with nothing to\nreceive polls every millisecond, as SQLite-based queues do). Messages/s: messages over the span from the first\nprocess start to the last exit (median of 3 runs, range in brackets). Latencies are per call inside each process:\nthe median of the workers' p50, the highest worker p99, and the slowest writing call of any process (the worst wait\nfor a writer). CPU: the processes' CPU time per 1,000 messages.\n\n| durability | processes | engine | messages/s | worker p50 | worker p99 | worst writer wait | CPU-s per 1,000 messages |\n|---|---|---|---|---|---|---|---|\n");
+    for (durability, workers, producers, secs, alk, sqlite) in &mixes {
+        for (engine, c) in [("alk", alk), ("SQLite", sqlite)] {
+            writeln!(
+                md,
+                "| {durability} | {workers} workers + {producers} producers, {secs} s | {engine} | {} | {:.2} ms | {:.1} ms | {:.1} ms | {:.2} |",
+                fmt_ops(&c.rate),
+                c.p50 / 1000.0,
+                c.p99 / 1000.0,
+                c.worst_write / 1000.0,
+                c.cpu_per_k
+            )
+            .unwrap();
+        }
+    }
+    md.push('\n');
     md.push_str("### Connection strategy\n\nkv get and set through the turso API itself (`alk-bench op turso-fresh|turso-reused full <op> <n> s D`): a new\nconnection and statement per operation, against one reused connection with a cached prepared statement.\n\n| operation | ops per run | new connection per op | reused connection, cached statement | reused ÷ new |\n|---|---|---|---|---|\n");
     for (op, n, cells) in &strategies {
         let ratio = cells[1][cells[1].len() / 2] / cells[0][cells[0].len() / 2];

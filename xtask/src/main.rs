@@ -8,6 +8,10 @@
 //!   `alk-host run` on a demo data directory.
 //! - `test`: checks the vendored WIT, builds the guests, then runs every
 //!   test of the workspace.
+//! - `soak [runs] [seconds] [filter]`: the long form of the multi-process
+//!   soak (`tests/integration/soak.rs`): every configuration `runs` times
+//!   (default 50) with producers producing for `seconds` (default 20);
+//!   `filter` narrows the configurations by test name.
 //! - `bench`: builds the host and guests, runs the benchmarks and writes
 //!   `docs/benchmarks.md`.
 //! - `vendor-wit [--check]`: copies the WASI 0.2 WIT of the pinned
@@ -32,12 +36,13 @@ fn main() -> ExitCode {
         Some("guests") => guests().map(|_| ()),
         Some("demo") => demo(),
         Some("test") => test(&args[1..]),
+        Some("soak") => soak(&args[1..]),
         Some("vendor-wit") => vendor_wit(args.get(1).map(String::as_str) == Some("--check")),
         Some("bench") => bench_tools()
             .and_then(|(host, native, wasmtime)| bench::run(&root(), &host, &native, &wasmtime)),
         _ => {
             eprintln!(
-                "usage: cargo xtask <guests|demo|test [cargo test args…]|vendor-wit [--check]>"
+                "usage: cargo xtask <guests|demo|test [cargo test args…]|soak [runs] [seconds] [filter]|bench|vendor-wit [--check]>"
             );
             return ExitCode::from(2);
         }
@@ -291,6 +296,25 @@ fn test(extra: &[String]) -> Result<()> {
         )
         .args(["test", "--workspace"])
         .args(extra))
+}
+
+fn soak(args: &[String]) -> Result<()> {
+    let root = root();
+    let runs = args.first().map(String::as_str).unwrap_or("50");
+    let secs: u64 = args
+        .get(1)
+        .map(|s| s.parse().map_err(|_| format!("{s:?} is not a number of seconds")))
+        .transpose()?
+        .unwrap_or(20);
+    let filter = args.get(2).map(String::as_str).unwrap_or("soak::");
+    let guests = guests()?;
+    run(cargo()
+        .current_dir(&root)
+        .env("ALK_GUESTS", &guests)
+        .env("ALK_SOAK_RUNS", runs)
+        .env("ALK_SOAK_MS", (secs * 1000).to_string())
+        .args(["test", "-p", "alk-host", "--test", "integration", filter, "--"])
+        .args(["--test-threads", "1", "--nocapture"]))
 }
 
 /// The WASI packages alk's worlds build on, as vendored in `wit/deps/`.

@@ -260,7 +260,7 @@ impl KvStore {
         self.check_value(value)?;
         let expires_at = Self::expiry(ttl_ms, now)?;
         self.store
-            .run(|conn: Connection| {
+            .run_write(|conn: Connection| {
                 Box::pin(async move {
                     exec(&conn, PUT, (key, value.to_vec(), expires_at)).await?;
                     Ok(())
@@ -282,7 +282,7 @@ impl KvStore {
         self.check_value(value)?;
         let expires_at = Self::expiry(ttl_ms, now)?;
         self.store
-            .run(|conn: Connection| {
+            .run_write(|conn: Connection| {
                 Box::pin(async move {
                     let changed = conn
                         .execute(PUT_IF_ABSENT, (key, value.to_vec(), expires_at, now))
@@ -297,7 +297,7 @@ impl KvStore {
     pub async fn delete(&self, key: &str) -> AlkResult<()> {
         self.check_key(key)?;
         self.store
-            .run(|conn: Connection| {
+            .run_write(|conn: Connection| {
                 Box::pin(async move {
                     exec(&conn, DELETE, (key,)).await?;
                     Ok(())

@@ -154,7 +154,7 @@ impl LockStore {
         let expires_at = deadline(ttl_ms, now)?;
         let token = self
             .store
-            .run(|conn: Connection| {
+            .run_write(|conn: Connection| {
                 Box::pin(async move {
                     let mut rows = query(&conn, ACQUIRE, (name, owner, now, expires_at)).await?;
                     let mut token = None;
@@ -179,7 +179,7 @@ impl LockStore {
         let token = lock.token as i64;
         let (name, owner) = (lock.name.as_str(), lock.owner.as_str());
         self.store
-            .run(|conn: Connection| {
+            .run_write(|conn: Connection| {
                 Box::pin(async move {
                     Ok(exec(&conn, RENEW, (name, owner, token, expires_at, now)).await? == 1)
                 })
@@ -194,7 +194,7 @@ impl LockStore {
         let (name, owner) = (lock.name.as_str(), lock.owner.as_str());
         let released = self
             .store
-            .run(|conn: Connection| {
+            .run_write(|conn: Connection| {
                 Box::pin(
                     async move { Ok(exec(&conn, RELEASE, (name, owner, token, now)).await? == 1) },
                 )

@@ -4,6 +4,7 @@
 //! Rust values (and the current time, so expiry is testable without
 //! sleeping) and returns [`crate::AlkResult`].
 
+mod gate;
 pub mod inspect;
 pub mod json;
 pub mod kv;

@@ -23,6 +23,7 @@ use std::sync::{Arc, LazyLock, Mutex, Weak};
 use futures::FutureExt as _;
 use turso::{Builder, Connection, Database};
 
+use super::gate::WriteGate;
 use super::inspect::{Contents, inspect};
 use super::retry::RetryPolicy;
 use crate::error::{AlkError, AlkResult};
@@ -163,6 +164,8 @@ pub(crate) struct Handle {
     kept: AtomicBool,
     /// The engine failed inside this database (a panic): it is not reused.
     broken: AtomicBool,
+    /// Writers take turns through this.
+    pub(crate) gate: WriteGate,
 }
 
 impl Handle {
@@ -480,7 +483,7 @@ impl Store {
         // under the open lock, in case another process made or replaced the
         // file meanwhile.
         self.check_contents().await?;
-        let _open_lock = OpenLock::acquire(&path, format, *self.policy()).await?;
+        let open_lock = OpenLock::acquire(&path, format, *self.policy()).await?;
         self.check_contents().await?;
 
         // A new store: make sure the coordination file can be backed before
@@ -492,7 +495,11 @@ impl Store {
         }
         .map_err(|e| io_failure(&path, format, "cannot create", e))?;
 
-        let opened = self.engine_open(&path_str, &created).await;
+        let lock_file = open_lock
+            .0
+            .try_clone()
+            .map_err(|e| io_failure(&path, format, "cannot keep the lock file of", e))?;
+        let opened = self.engine_open(&path_str, &created, lock_file).await;
         let handle = match opened {
             Ok(h) => h,
             Err(e) => {
@@ -544,15 +551,26 @@ impl Store {
 
     /// The engine's open and the schema, with a damaged coordination file
     /// rebuilt when no process uses the store, and reported otherwise.
-    async fn engine_open(&self, path_str: &str, created: &Creation) -> AlkResult<Handle> {
+    async fn engine_open(
+        &self,
+        path_str: &str,
+        created: &Creation,
+        lock_file: std::fs::File,
+    ) -> AlkResult<Handle> {
+        let mut lock_file = Some(lock_file);
         let path = &self.inner.path;
         let format = self.format();
         let mut rebuilt = false;
         loop {
-            let failure = match self.try_engine_open(path_str).await {
-                Ok(result) => return result,
-                Err(text) => text,
+            let file = match lock_file.take() {
+                Some(f) => f,
+                None => return Err(engine_failure(path, format, "cannot open", "no lock file")),
             };
+            let (failure, file) = match self.try_engine_open(path_str, file).await {
+                Ok(result) => return result,
+                Err(failed) => failed,
+            };
+            lock_file = Some(file);
             // The coordination file holds no data, only the state of the
             // processes using the store: when the engine cannot open the
             // store (a damaged coordination file shows as anything from a
@@ -585,16 +603,29 @@ impl Store {
     /// One attempt of the engine's open and the schema. `Err` is an engine
     /// failure (or panic), as text; `Ok(Err)` a final answer (another
     /// format's marker).
-    async fn try_engine_open(&self, path_str: &str) -> Result<AlkResult<Handle>, String> {
+    async fn try_engine_open(
+        &self,
+        path_str: &str,
+        lock_file: std::fs::File,
+    ) -> Result<AlkResult<Handle>, (String, std::fs::File)> {
         let built = std::panic::AssertUnwindSafe(
             Builder::new_local(path_str)
                 .experimental_multiprocess_wal(true)
                 .build(),
         )
         .catch_unwind()
-        .await
-        .map_err(|panic| format!("the engine panicked: {}", panic_text(&*panic)))?
-        .map_err(|e| e.to_string())?;
+        .await;
+        let built = match built {
+            Ok(Ok(db)) => db,
+            Ok(Err(e)) => return Err((e.to_string(), lock_file)),
+            Err(panic) => {
+                return Err((
+                    format!("the engine panicked: {}", panic_text(&*panic)),
+                    lock_file,
+                ));
+            }
+        };
+        let spare = lock_file.try_clone();
         let handle = Handle {
             db: built,
             path: self.inner.path.clone(),
@@ -602,6 +633,7 @@ impl Store {
             last_used: AtomicU64::new(0),
             kept: AtomicBool::new(false),
             broken: AtomicBool::new(false),
+            gate: WriteGate::new(lock_file),
         };
         let schema = std::panic::AssertUnwindSafe(self.handshake(&handle))
             .catch_unwind()
@@ -622,7 +654,15 @@ impl Store {
             Err(panic) => format!("the engine panicked: {}", panic_text(&*panic)),
         };
         close(Some(Arc::new(handle)));
-        Err(failure)
+        match spare {
+            Ok(file) => Err((failure, file)),
+            Err(e) => Ok(Err(io_failure(
+                &self.inner.path,
+                self.format(),
+                "cannot keep the lock file of",
+                e,
+            ))),
+        }
     }
 
     /// Reads the marker through the engine and creates the schema (see

@@ -211,7 +211,7 @@ impl QueueStore {
         let (kind, data) = payload_parts(payload)?;
         let id = self
             .store
-            .run(|conn: Connection| {
+            .run_write(|conn: Connection| {
                 Box::pin(async move {
                     exec(&conn, SEND, (kind, data, now)).await?;
                     Ok(conn.last_insert_rowid())
@@ -446,7 +446,7 @@ impl QueueStore {
     /// Deletes every message.
     pub async fn purge(&self) -> AlkResult<()> {
         self.store
-            .run(|conn: Connection| {
+            .run_write(|conn: Connection| {
                 Box::pin(async move {
                     exec(&conn, PURGE, ()).await?;
                     Ok(())

@@ -11,12 +11,13 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::FutureExt as _;
 use rand::Rng;
 use turso::Connection;
 
+use super::gate::WriteGuard;
 use super::open::{Handle, Store};
 use std::sync::Arc;
 use crate::error::{AlkError, AlkResult};
@@ -72,7 +73,8 @@ fn is_retryable(e: &turso::Error) -> bool {
 }
 
 impl Store {
-    /// Runs `op` on a pooled connection, retrying contention.
+    /// Runs `op` (which only reads) on a pooled connection, retrying
+    /// contention.
     ///
     /// A panic inside the engine is contained here: the operation fails
     /// with `internal`, the store's database is closed (which releases its
@@ -81,13 +83,37 @@ impl Store {
     /// applied: it was one statement or one transaction that did not commit.
     pub(crate) async fn run<'a, T>(
         &self,
+        op: impl FnMut(Connection) -> OpFuture<'a, T> + Send,
+    ) -> AlkResult<T> {
+        self.attempt(false, op).await
+    }
+
+    /// Runs `op`, one writing statement, through the store's write gate
+    /// (see [`super::gate`]), retrying contention as [`Store::run`].
+    pub(crate) async fn run_write<'a, T>(
+        &self,
+        op: impl FnMut(Connection) -> OpFuture<'a, T> + Send,
+    ) -> AlkResult<T> {
+        self.attempt(true, op).await
+    }
+
+    async fn attempt<'a, T>(
+        &self,
+        gated: bool,
         mut op: impl FnMut(Connection) -> OpFuture<'a, T> + Send,
     ) -> AlkResult<T> {
         let policy = *self.policy();
-        let start = Instant::now();
+        let deadline = tokio::time::Instant::now() + policy.deadline;
         let mut pause = policy.initial_backoff;
+        let mut turn: Option<(Arc<Handle>, WriteGuard)> = None;
         loop {
             let handle = self.handle().await?;
+            if gated && turn.as_ref().is_none_or(|(h, _)| !Arc::ptr_eq(h, &handle)) {
+                // A turn at a database that has since been replaced.
+                drop(turn.take());
+                let guard = handle.gate.enter(deadline, self.path()).await?;
+                turn = Some((handle.clone(), guard));
+            }
             let attempt = std::panic::AssertUnwindSafe(async {
                 let conn = self.check_out(&handle).await?;
                 let result = op(conn.clone()).await;
@@ -99,6 +125,7 @@ impl Store {
             let attempt = match attempt {
                 Ok(result) => result,
                 Err(panic) => {
+                    drop(turn);
                     self.discard(&handle);
                     return Err(AlkError::Internal(format!(
                         "the storage engine failed on {} ({}); the operation was not applied and the store will be reopened at its next use",
@@ -112,7 +139,7 @@ impl Store {
                 Ok(v) => return Ok(v),
                 Err(Failure::Alk(e)) => return Err(e),
                 Err(Failure::Db(e)) if is_retryable(&e) => {
-                    if start.elapsed() >= policy.deadline {
+                    if tokio::time::Instant::now() >= deadline {
                         return Err(AlkError::Busy(format!(
                             "{} stayed locked by other writers for {:?}: {e}",
                             self.path().display(),
@@ -151,10 +178,13 @@ impl Store {
     }
 
     /// Begins a `BEGIN IMMEDIATE` transaction that outlives this call (a
-    /// guest's stream transaction): its connection, and the database it
-    /// belongs to, which stays open while the connection is in use.
-    pub(crate) async fn begin(&self) -> AlkResult<(Arc<Handle>, Connection)> {
+    /// guest's stream transaction): its connection, the database it belongs
+    /// to (which stays open while the connection is in use), and the write
+    /// gate, held until the transaction ends.
+    pub(crate) async fn begin(&self) -> AlkResult<(Arc<Handle>, Connection, WriteGuard)> {
         let handle = self.handle().await?;
+        let deadline = tokio::time::Instant::now() + self.policy().deadline;
+        let guard = handle.gate.enter(deadline, self.path()).await?;
         let conn = self
             .run(|conn: Connection| {
                 Box::pin(async move {
@@ -163,7 +193,7 @@ impl Store {
                 })
             })
             .await?;
-        Ok((handle, conn))
+        Ok((handle, conn, guard))
     }
 
     /// Runs `op` inside `BEGIN IMMEDIATE` … `COMMIT` on a pooled connection,
@@ -172,7 +202,7 @@ impl Store {
         &self,
         mut op: impl FnMut(Connection) -> OpFuture<'a, T> + Send,
     ) -> AlkResult<T> {
-        self.run(|conn: Connection| {
+        self.run_write(|conn: Connection| {
             let attempt = op(conn.clone());
             Box::pin(async move {
                 conn.execute("BEGIN IMMEDIATE", ()).await?;

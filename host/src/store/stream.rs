@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use turso::{Connection, Value};
 
 use super::names::{check_identifier, check_key, check_name, check_size};
+use super::gate::WriteGuard;
 use super::open::{Format, Handle, Store, open_store, panic_text};
 use super::retry::{Failure, exec, query};
 use super::wake::{Check, Wakes};
@@ -316,7 +317,7 @@ impl StreamStore {
         check_name("stream", stream)?;
         let horizon = to_i64("horizon", horizon)?;
         self.store
-            .run(|conn: Connection| {
+            .run_write(|conn: Connection| {
                 Box::pin(async move { Ok(exec(&conn, TRIM, (stream, horizon)).await?) })
             })
             .await
@@ -399,6 +400,8 @@ struct Open {
     conn: Connection,
     handle: Arc<Handle>,
     watchdog: tokio::task::AbortHandle,
+    /// The store's write gate, held until the transaction ends.
+    _turn: WriteGuard,
 }
 
 impl Open {
@@ -458,11 +461,12 @@ impl StreamTx {
     ) -> AlkResult<T> {
         let mut state = self.state.lock().await;
         if matches!(*state, TxState::NotStarted) {
-            let (handle, conn) = self.store.store.begin().await?;
+            let (handle, conn, turn) = self.store.store.begin().await?;
             *state = TxState::Open(Open {
                 conn,
                 handle,
                 watchdog: self.arm_watchdog(),
+                _turn: turn,
             });
         }
         let conn = match &*state {

@@ -14,6 +14,9 @@
 //!   `filter` narrows the configurations by test name.
 //! - `bench`: builds the host and guests, runs the benchmarks and writes
 //!   `docs/benchmarks.md`.
+//! - `vendor-turso [--check]`: fetches the published `turso_core`, applies
+//!   `vendor/turso_core.patch` and writes `vendor/turso_core/` (or checks
+//!   that it matches, file by file).
 //! - `vendor-wit [--check]`: copies the WASI 0.2 WIT of the pinned
 //!   `wasmtime-wasi` release into `wit/deps/` (or checks that it matches).
 
@@ -38,6 +41,9 @@ fn main() -> ExitCode {
         Some("test") => test(&args[1..]),
         Some("soak") => soak(&args[1..]),
         Some("vendor-wit") => vendor_wit(args.get(1).map(String::as_str) == Some("--check")),
+        Some("vendor-turso") => {
+            vendor_turso(args.get(1).map(String::as_str) == Some("--check"))
+        }
         Some("bench") => bench_tools()
             .and_then(|(host, native, wasmtime)| bench::run(&root(), &host, &native, &wasmtime)),
         _ => {
@@ -286,6 +292,7 @@ fn demo() -> Result<()> {
 fn test(extra: &[String]) -> Result<()> {
     let root = root();
     vendor_wit(true)?;
+    vendor_turso(true)?;
     let guests = guests()?;
     run(cargo()
         .current_dir(&root)
@@ -364,4 +371,90 @@ fn vendor_wit(check: bool) -> Result<()> {
             stale.join(", ")
         ))
     }
+}
+
+/// The turso_core release that `vendor/turso_core` patches.
+const TURSO_CORE: &str = "0.9.0-pre.2";
+
+/// Builds `vendor/turso_core` from the published crate and the patch, or
+/// (with `check`) verifies that it is exactly that.
+fn vendor_turso(check: bool) -> Result<()> {
+    let root = root();
+    let work = root.join("target/vendor-turso");
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(work.join("fetch/src")).map_err(|e| e.to_string())?;
+    // A throwaway package that depends on the published crate; `cargo fetch`
+    // puts the `.crate` file in cargo's cache.
+    std::fs::write(
+        work.join("fetch/Cargo.toml"),
+        format!(
+            "[package]\nname = \"fetch-turso-core\"\nversion = \"0.0.0\"\nedition = \"2021\"\n\n[dependencies]\nturso_core = {{ version = \"={TURSO_CORE}\", default-features = false }}\n\n[workspace]\n"
+        ),
+    )
+    .map_err(|e| e.to_string())?;
+    std::fs::write(work.join("fetch/src/lib.rs"), "").map_err(|e| e.to_string())?;
+    run_quiet(
+        cargo()
+            .args(["fetch", "--quiet", "--manifest-path"])
+            .arg(work.join("fetch/Cargo.toml")),
+    )?;
+    let home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
+        .ok_or("neither CARGO_HOME nor HOME is set")?;
+    let name = format!("turso_core-{TURSO_CORE}.crate");
+    let crate_file = std::fs::read_dir(home.join("registry/cache"))
+        .map_err(|e| format!("cargo's registry cache: {e}"))?
+        .filter_map(|e| e.ok())
+        .map(|e| e.path().join(&name))
+        .find(|p| p.exists())
+        .ok_or_else(|| format!("{name} was not fetched"))?;
+    run_quiet(Command::new("tar").arg("xzf").arg(&crate_file).arg("-C").arg(&work))?;
+    let fresh = work.join(format!("turso_core-{TURSO_CORE}"));
+    run_quiet(
+        Command::new("patch")
+            .args(["-p1", "--quiet", "--no-backup-if-mismatch", "-d"])
+            .arg(&fresh)
+            .arg("-i")
+            .arg(root.join("vendor/turso_core.patch")),
+    )?;
+    let vendored = root.join("vendor/turso_core");
+    if check {
+        let (a, b) = (files_under(&fresh)?, files_under(&vendored)?);
+        let mut differ: Vec<String> = Vec::new();
+        for rel in a.keys().chain(b.keys()) {
+            if a.get(rel) != b.get(rel) && !differ.contains(rel) {
+                differ.push(rel.clone());
+            }
+        }
+        if !differ.is_empty() {
+            return Err(format!(
+                "vendor/turso_core is not turso_core {TURSO_CORE} with vendor/turso_core.patch ({}); run `cargo xtask vendor-turso`",
+                differ.join(", ")
+            ));
+        }
+        return Ok(());
+    }
+    let _ = std::fs::remove_dir_all(&vendored);
+    std::fs::rename(&fresh, &vendored).map_err(|e| e.to_string())?;
+    eprintln!("xtask: wrote {}", vendored.display());
+    Ok(())
+}
+
+/// Every file under `dir` (relative path → bytes).
+fn files_under(dir: &Path) -> Result<std::collections::BTreeMap<String, Vec<u8>>> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).map_err(|e| format!("{}: {e}", d.display()))? {
+            let p = e.map_err(|e| e.to_string())?.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                let rel = p.strip_prefix(dir).unwrap().display().to_string();
+                out.insert(rel, std::fs::read(&p).map_err(|e| e.to_string())?);
+            }
+        }
+    }
+    Ok(out)
 }

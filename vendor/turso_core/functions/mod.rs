@@ -1,0 +1,4 @@
+pub mod datetime;
+pub mod math;
+pub mod printf;
+pub mod string;

@@ -1,0 +1,3 @@
+pub mod build {
+    include!(concat!(env!("OUT_DIR"), "/built.rs"));
+}

@@ -1,0 +1,9 @@
+pub mod concat;
+pub mod convert;
+pub mod distance_cos;
+pub mod distance_dot;
+pub mod distance_l2;
+pub mod jaccard;
+pub mod serialize;
+pub mod slice;
+pub mod text;

@@ -339,6 +339,46 @@ fn immediate<T>(conn: &Connection, mut f: impl FnMut(&Connection) -> rusqlite::R
     }
 }
 
+/// `ack-batch` with the statements alk runs: the single-ack statements for
+/// one receipt, the two set-based ones for more.
+fn ack_sqlite(qc: &Connection, receipts: &[String]) {
+    let pairs: Vec<String> = receipts
+        .iter()
+        .map(|r| {
+            let (id, uuid) = r.split_once(':').unwrap();
+            format!("[{id},\"{uuid}\"]")
+        })
+        .collect();
+    let pairs = format!("[{}]", pairs.join(","));
+    let ids = format!(
+        "[{}]",
+        receipts
+            .iter()
+            .map(|r| r.split_once(':').unwrap().0)
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    immediate(qc, |c| {
+        if receipts.len() == 1 {
+            let (id, uuid) = receipts[0].split_once(':').unwrap();
+            let id: i64 = id.parse().unwrap();
+            if c.prepare_cached(queue::ACK)?.execute(params![id, uuid])? == 0 {
+                c.prepare_cached(queue::EXISTS)?
+                    .query_map(params![id], |_| Ok(()))?
+                    .count();
+            }
+            return Ok(());
+        }
+        c.prepare_cached(queue::ACK_BATCH)?
+            .query_map(params![pairs], |r| r.get::<_, i64>(0))?
+            .count();
+        c.prepare_cached(queue::EXISTING)?
+            .query_map(params![ids], |r| r.get::<_, i64>(0))?
+            .count();
+        Ok(())
+    })
+}
+
 fn sqlite(op: &str, n: usize, tag: &str, dir: &Path, relaxed: bool) -> Timing {
     let value = vec![7u8; 100];
     let text = "x".repeat(100);
@@ -361,36 +401,15 @@ fn sqlite(op: &str, n: usize, tag: &str, dir: &Path, relaxed: bool) -> Timing {
     let claim = |max: i64| -> Vec<String> {
         immediate(&qc, |c| {
             let now = now_ms();
+            let uuid = format!("{:032x}", wall_us());
             let ids: Vec<i64> = c
-                .prepare_cached(queue::SELECT_DUE)?
-                .query_map(params![now, max], |r| r.get(0))?
+                .prepare_cached(queue::CLAIM)?
+                .query_map(params![now + 30_000, uuid, now, max], |r| r.get(0))?
                 .collect::<rusqlite::Result<_>>()?;
-            let mut receipts = Vec::new();
-            for id in ids {
-                let uuid = format!("{:032x}", wall_us() ^ (id as u128) << 64);
-                c.prepare_cached(queue::CLAIM)?
-                    .query_row(params![now + 30_000, uuid, id], |r| r.get::<_, i64>(2))?;
-                receipts.push(format!("{id}:{uuid}"));
-            }
-            Ok(receipts)
+            Ok(ids.into_iter().map(|id| format!("{id}:{uuid}")).collect())
         })
     };
-    let ack = |receipts: &[String]| {
-        immediate(&qc, |c| {
-            for r in receipts {
-                let (id, uuid) = r.split_once(':').unwrap();
-                if c.prepare_cached(queue::ACK)?
-                    .execute(params![id.parse::<i64>().unwrap(), uuid])?
-                    == 0
-                {
-                    c.prepare_cached(queue::EXISTS)?
-                        .query_map(params![id.parse::<i64>().unwrap()], |_| Ok(()))?
-                        .count();
-                }
-            }
-            Ok(())
-        })
-    };
+    let ack = |receipts: &[String]| ack_sqlite(&qc, receipts);
     let publish = |c: &Connection| -> rusqlite::Result<i64> {
         let offset: i64 = c
             .prepare_cached(stream::NEXT_OFFSET)?
@@ -659,21 +678,15 @@ fn mix_sqlite(role: &[&str], dir: &Path, relaxed: bool) {
                 let got: Vec<(i64, String, String, i64)> = stats.call(true, || {
                     immediate(&qc, |c| {
                         let now = now_ms();
-                        let ids: Vec<i64> = c
-                            .prepare_cached(queue::SELECT_DUE)?
-                            .query_map(params![now, batch], |r| r.get(0))?
+                        let uuid = format!("{:032x}", wall_us());
+                        let mut out: Vec<(i64, i64, String, String, i64)> = c
+                            .prepare_cached(queue::CLAIM)?
+                            .query_map(params![now + 60_000, uuid, now, batch], |r| {
+                                Ok((r.get(4)?, r.get(0)?, uuid.clone(), r.get(2)?, r.get(3)?))
+                            })?
                             .collect::<rusqlite::Result<_>>()?;
-                        let mut out = Vec::new();
-                        for id in ids {
-                            let uuid = format!("{:032x}", wall_us() ^ (id as u128) << 64);
-                            let (body, attempt): (String, i64) = c
-                                .prepare_cached(queue::CLAIM)?
-                                .query_row(params![now + 60_000, uuid, id], |r| {
-                                    Ok((r.get(1)?, r.get(2)?))
-                                })?;
-                            out.push((id, uuid, body, attempt));
-                        }
-                        Ok(out)
+                        out.sort();
+                        Ok(out.into_iter().map(|(_, id, u, b, a)| (id, u, b, a)).collect())
                     })
                 });
                 if got.is_empty() {
@@ -700,12 +713,9 @@ fn mix_sqlite(role: &[&str], dir: &Path, relaxed: bool) {
                     settle.push((id, uuid));
                 }
                 stats.call(true, || {
-                    immediate(&qc, |c| {
-                        for (id, uuid) in &settle {
-                            c.prepare_cached(queue::ACK)?.execute(params![id, uuid])?;
-                        }
-                        Ok(())
-                    })
+                    let receipts: Vec<String> =
+                        settle.iter().map(|(id, uuid)| format!("{id}:{uuid}")).collect();
+                    ack_sqlite(&qc, &receipts)
                 });
                 if rounds % 10 == 0 {
                     stats.call(false, || {

@@ -62,6 +62,13 @@ fn main() -> ExitCode {
     }
 }
 
+/// How xtask builds binaries: the whole workspace at once, like `cargo test
+/// --workspace`. Cargo unifies dependency features over the packages it
+/// builds, so building one package alone would compile some dependencies a
+/// second time with other features (`cargo xtask demo` and then `cargo
+/// xtask test` would build parts of the world twice).
+const WORKSPACE_BUILD: &[&str] = &["build", "--quiet", "--workspace", "--bins"];
+
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
@@ -219,7 +226,7 @@ fn guests_and_host() -> Result<PathBuf> {
     guests()?;
     run(cargo()
         .current_dir(&root)
-        .args(["build", "--quiet", "-p", "alk-host", "--bin", "alk-host"]))?;
+        .args(WORKSPACE_BUILD))?;
     Ok(root.join("target/debug/alk-host"))
 }
 
@@ -233,7 +240,7 @@ fn bench_tools() -> Result<(PathBuf, PathBuf, PathBuf)> {
     let host = guests_and_host()?;
     run(cargo()
         .current_dir(&root)
-        .args(["build", "--quiet", "-p", "alk-bench"]))?;
+        .args(WORKSPACE_BUILD))?;
     ensure_componentize_py(&root)?;
     let venv = root.join("target/py");
     let wasmtime = std::fs::read_dir(venv.join("lib"))
@@ -270,7 +277,7 @@ fn demo() -> Result<()> {
     let guests = guests()?;
     run(cargo()
         .current_dir(&root)
-        .args(["build", "--quiet", "-p", "alk-host", "--bin", "alk-host"]))?;
+        .args(WORKSPACE_BUILD))?;
     let host = root.join("target/debug/alk-host");
     let data = root.join("target/demo-data");
     for visitor in ["Ada", "Grace"] {
@@ -320,7 +327,7 @@ fn soak(args: &[String]) -> Result<()> {
         .env("ALK_GUESTS", &guests)
         .env("ALK_SOAK_RUNS", runs)
         .env("ALK_SOAK_MS", (secs * 1000).to_string())
-        .args(["test", "-p", "alk-host", "--test", "integration", filter, "--"])
+        .args(["test", "--workspace", "--test", "integration", filter, "--"])
         .args(["--test-threads", "1", "--nocapture"]))
 }
 

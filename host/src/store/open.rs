@@ -456,6 +456,18 @@ impl Store {
         Ok(h)
     }
 
+    /// Closes this store's database now (tests: a store "closed by another
+    /// process" is opened again, format check and DDL included).
+    #[cfg(test)]
+    pub(crate) fn close_for_test(&self) {
+        let handle = lock(&self.inner.cached).upgrade();
+        if let Some(h) = handle {
+            let dropped = lock(&REGISTRY).discard(&h);
+            drop(h);
+            close(dropped);
+        }
+    }
+
     /// Called when the engine panicked inside this store's database: the
     /// database is closed (its descriptors, and with them its locks on the
     /// shared files, are released) and the next operation opens it anew.
@@ -924,7 +936,7 @@ mod tests {
         assert_eq!(FORMAT.objects().collect::<Vec<_>>(), ["meta", "t", "idx_t"]);
         assert_eq!(
             super::super::queue::FORMAT.objects().collect::<Vec<_>>(),
-            ["meta", "messages", "idx_messages_visible"]
+            ["meta", "messages", "idx_messages_visible", "idx_messages_claim"]
         );
     }
 

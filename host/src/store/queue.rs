@@ -33,6 +33,7 @@ CREATE TABLE IF NOT EXISTS messages (
     receipt_handle TEXT                        -- UUID of the CURRENT delivery, NULL if never delivered
 );
 CREATE INDEX IF NOT EXISTS idx_messages_visible ON messages (visible_at, enqueued_at, id);
+CREATE INDEX IF NOT EXISTS idx_messages_claim ON messages (enqueued_at, id);
 ";
 
 /// The `localqueue.v1` format.
@@ -44,18 +45,30 @@ pub static FORMAT: Format = Format {
 /// Appends a message, due at once.
 pub const SEND: &str = "INSERT INTO messages (payload_type, payload_data, enqueued_at, visible_at, attempt) \
 VALUES (?1, ?2, ?3, ?3, 0)";
-/// The due messages of a receive, oldest first (`id` breaks ties of one millisecond).
-pub const SELECT_DUE: &str =
-    "SELECT id FROM messages WHERE visible_at <= ?1 ORDER BY enqueued_at, id LIMIT ?2";
-/// Claims one due message for a delivery.
+/// Claims up to `?4` due messages for one delivery, oldest first (`id`
+/// breaks ties of one millisecond), in one statement. The due messages are
+/// found by walking `idx_messages_claim` in claim order, so the cost does not
+/// grow with the number of waiting messages. Every message of one claim gets
+/// the same fresh UUID `?2`; receipts `{id}:{uuid}` stay unique per delivery.
 pub const CLAIM: &str = "UPDATE messages SET visible_at = ?1, attempt = attempt + 1, receipt_handle = ?2 \
-WHERE id = ?3 RETURNING payload_type, payload_data, attempt";
+WHERE id IN (SELECT id FROM messages INDEXED BY idx_messages_claim \
+WHERE visible_at <= ?3 ORDER BY enqueued_at, id LIMIT ?4) \
+RETURNING id, payload_type, payload_data, attempt, enqueued_at";
 /// Deletes a message by its current receipt.
 pub const ACK: &str = "DELETE FROM messages WHERE id = ?1 AND receipt_handle = ?2";
 /// Makes a message due now, by its current receipt.
 pub const NACK: &str = "UPDATE messages SET visible_at = ?3 WHERE id = ?1 AND receipt_handle = ?2";
 /// Whether a message still exists (tells a stale receipt from a gone message).
 pub const EXISTS: &str = "SELECT 1 FROM messages WHERE id = ?1";
+/// Deletes the messages of every current receipt of a batch in one
+/// statement; `?1` is a JSON array of `[id, uuid]` pairs. Returns what it
+/// deleted.
+pub const ACK_BATCH: &str = "DELETE FROM messages WHERE id IN (SELECT m.id FROM json_each(?1) AS r \
+JOIN messages AS m ON m.id = json_extract(r.value, '$[0]') \
+AND m.receipt_handle = json_extract(r.value, '$[1]')) RETURNING id, receipt_handle";
+/// Which of the ids in the JSON array `?1` still exist.
+pub const EXISTING: &str =
+    "SELECT id FROM messages WHERE id IN (SELECT value FROM json_each(?1))";
 /// Deletes every message.
 pub const PURGE: &str = "DELETE FROM messages";
 /// When the next message becomes due (a waiting receive sleeps until then).
@@ -162,6 +175,25 @@ async fn settle_on(
     })
 }
 
+/// `[[id, "uuid"], …]` for [`ACK_BATCH`] (ids are numbers, UUIDs hex and
+/// dashes: nothing to escape).
+fn serde_json_array(pairs: &[(i64, &str)]) -> String {
+    let items: Vec<String> = pairs
+        .iter()
+        .map(|(id, uuid)| format!("[{id},\"{uuid}\"]"))
+        .collect();
+    format!("[{}]", items.join(","))
+}
+
+/// The error for a row that breaks the format (a wrong type where the
+/// format says otherwise): `internal`, naming the store and the row.
+fn corrupt(path: &Path, id: i64, column: &str, found: &Value) -> AlkError {
+    AlkError::Internal(format!(
+        "{}: message {id} has {found:?} in {column}, which the format does not allow; the store is corrupt",
+        path.display()
+    ))
+}
+
 /// Checks and stores the text of a payload.
 fn payload_parts(payload: &Payload) -> AlkResult<(&'static str, &str)> {
     let (kind, data) = match payload {
@@ -249,26 +281,77 @@ impl QueueStore {
         Ok(ids)
     }
 
-    /// Acknowledges every receipt in one transaction; what each found.
+    /// Acknowledges every receipt in one transaction (two statements,
+    /// whatever the count); what each found.
     pub async fn ack_batch(&self, receipts: &[String]) -> AlkResult<Vec<Settled>> {
         super::check_batch("receipts", receipts.len())?;
         let parsed: Vec<Option<(i64, String)>> =
             receipts.iter().map(|r| parse_receipt(r)).collect();
-        let parsed = &parsed;
-        self.store
+        let pairs: Vec<(i64, &str)> = parsed
+            .iter()
+            .flatten()
+            .map(|(id, uuid)| (*id, uuid.as_str()))
+            .collect();
+        if pairs.is_empty() {
+            return Ok(vec![Settled::Gone; receipts.len()]);
+        }
+        if let [(id, uuid)] = pairs.as_slice()
+            && receipts.len() == 1
+        {
+            // One receipt: the single-ack statements (usually one).
+            let (id, uuid) = (*id, *uuid);
+            let outcome = self
+                .store
+                .run_immediate(|conn: Connection| {
+                    Box::pin(async move { settle_on(&conn, ACK, id, uuid, 0).await })
+                })
+                .await?;
+            return Ok(vec![outcome]);
+        }
+        let pairs_json = serde_json_array(&pairs);
+        let ids_json = format!(
+            "[{}]",
+            pairs.iter().map(|(id, _)| id.to_string()).collect::<Vec<_>>().join(",")
+        );
+        let (pairs_json, ids_json) = (&pairs_json, &ids_json);
+        let (deleted, existing) = self
+            .store
             .run_immediate(|conn: Connection| {
                 Box::pin(async move {
-                    let mut out = Vec::with_capacity(parsed.len());
-                    for receipt in parsed {
-                        out.push(match receipt {
-                            Some((id, uuid)) => settle_on(&conn, ACK, *id, uuid, 0).await?,
-                            None => Settled::Gone,
-                        });
+                    let mut deleted = Vec::new();
+                    let mut rows = query(&conn, ACK_BATCH, (pairs_json.as_str(),)).await?;
+                    while let Some(row) = rows.next().await? {
+                        deleted.push((row.get::<i64>(0)?, row.get::<String>(1)?));
                     }
-                    Ok(out)
+                    drop(rows);
+                    let mut existing = Vec::new();
+                    let mut rows = query(&conn, EXISTING, (ids_json.as_str(),)).await?;
+                    while let Some(row) = rows.next().await? {
+                        existing.push(row.get::<i64>(0)?);
+                    }
+                    Ok((deleted, existing))
                 })
             })
-            .await
+            .await?;
+        // The receipts of a batch apply together: the current one acks its
+        // message (its first occurrence, if repeated); any other receipt of a
+        // message still there is stale; the rest find their message gone.
+        let mut acked: Vec<i64> = Vec::new();
+        Ok(parsed
+            .iter()
+            .map(|receipt| match receipt {
+                None => Settled::Gone,
+                Some((id, uuid))
+                    if !acked.contains(id)
+                        && deleted.iter().any(|(d, u)| d == id && u == uuid) =>
+                {
+                    acked.push(*id);
+                    Settled::Done
+                }
+                Some((id, _)) if existing.contains(id) => Settled::Stale,
+                Some(_) => Settled::Gone,
+            })
+            .collect())
     }
 
     /// When the next message is due, if there is any message.
@@ -366,45 +449,42 @@ impl QueueStore {
         self.store
             .run_immediate(|conn: Connection| {
                 Box::pin(async move {
-                    let mut ids = Vec::new();
-                    let mut rows = query(&conn, SELECT_DUE, (now, max)).await?;
+                    let uuid = uuid::Uuid::new_v4().hyphenated().to_string();
+                    let mut rows =
+                        query(&conn, CLAIM, (visible_at, uuid.as_str(), now, max)).await?;
+                    let mut claimed = Vec::new();
+                    // Drain: a live RETURNING statement makes the next write
+                    // on this connection fail with Busy.
                     while let Some(row) = rows.next().await? {
-                        ids.push(row.get::<i64>(0)?);
-                    }
-                    drop(rows);
-                    let mut out = Vec::with_capacity(ids.len());
-                    for id in ids {
-                        let uuid = uuid::Uuid::new_v4().hyphenated().to_string();
-                        let mut rows = query(&conn, CLAIM, (visible_at, uuid.as_str(), id)).await?;
-                        let mut claimed = None;
-                        // Drain: a live RETURNING statement makes the next
-                        // write on this connection fail with Busy.
-                        while let Some(row) = rows.next().await? {
-                            claimed =
-                                Some((row.get_value(0)?, row.get_value(1)?, row.get::<i64>(2)?));
-                        }
-                        drop(rows);
-                        let Some((kind, data, attempt)) = claimed else {
-                            return Err(Failure::Alk(AlkError::Internal(format!(
-                                "message {id} vanished inside the claiming transaction"
-                            ))));
-                        };
-                        let data = match data {
+                        let id = row.get::<i64>(0)?;
+                        let data = match row.get_value(2)? {
                             Value::Text(t) => t,
-                            other => format!("{other:?}"),
+                            other => {
+                                return Err(Failure::Alk(corrupt(self.path(), id, "payload_data", &other)));
+                            }
                         };
-                        let payload = match kind {
+                        let payload = match row.get_value(1)? {
                             Value::Text(k) if k == "json" => Payload::Json(data),
-                            _ => Payload::Text(data),
+                            Value::Text(k) if k == "text" => Payload::Text(data),
+                            other => {
+                                return Err(Failure::Alk(corrupt(self.path(), id, "payload_type", &other)));
+                            }
                         };
-                        out.push(Delivery {
-                            id,
-                            payload,
-                            receipt: format!("{id}:{uuid}"),
-                            attempt: u32::try_from(attempt).unwrap_or(u32::MAX),
-                        });
+                        let attempt = row.get::<i64>(3)?;
+                        let enqueued_at = row.get::<i64>(4)?;
+                        claimed.push((
+                            enqueued_at,
+                            Delivery {
+                                id,
+                                payload,
+                                receipt: format!("{id}:{uuid}"),
+                                attempt: u32::try_from(attempt).unwrap_or(u32::MAX),
+                            },
+                        ));
                     }
-                    Ok(out)
+                    // The statement returns rows in no particular order.
+                    claimed.sort_by_key(|(at, d)| (*at, d.id));
+                    Ok(claimed.into_iter().map(|(_, d)| d).collect())
                 })
             })
             .await
@@ -471,11 +551,12 @@ mod tests {
             &[
                 ("DDL", DDL),
                 ("SEND", SEND),
-                ("SELECT_DUE", SELECT_DUE),
                 ("CLAIM", CLAIM),
                 ("ACK", ACK),
                 ("NACK", NACK),
                 ("EXISTS", EXISTS),
+                ("ACK_BATCH", ACK_BATCH),
+                ("EXISTING", EXISTING),
                 ("PURGE", PURGE),
                 ("NEXT_VISIBLE", NEXT_VISIBLE),
             ],
@@ -533,6 +614,151 @@ mod tests {
         q.ack(&third[0].receipt).await.unwrap();
         q.ack(&third[0].receipt).await.unwrap();
         assert!(q.receive(10, None, i64::MAX / 2).await.unwrap().is_empty());
+    }
+}
+
+#[cfg(test)]
+mod claim_tests {
+    use super::*;
+    use crate::store::RetryPolicy;
+
+    #[tokio::test]
+    async fn the_claim_walks_the_claim_index_and_sorts_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let q = QueueStore::open(dir.path(), "q", RetryPolicy::default())
+            .await
+            .unwrap();
+        let plan: Vec<String> = q
+            .store
+            .run(|conn: Connection| {
+                Box::pin(async move {
+                    let mut rows = conn
+                        .query(&format!("EXPLAIN QUERY PLAN {CLAIM}"), (1, "u", 1, 1))
+                        .await?;
+                    let mut plan = Vec::new();
+                    while let Some(row) = rows.next().await? {
+                        plan.push(row.get::<String>(3)?);
+                    }
+                    Ok(plan)
+                })
+            })
+            .await
+            .unwrap();
+        let plan = plan.join(" | ");
+        assert!(plan.contains("USING INDEX idx_messages_claim"), "{plan}");
+        assert!(
+            !plan.contains("SORTER") && !plan.contains("TEMP B-TREE"),
+            "{plan}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_batch_claim_is_in_send_order_skips_in_flight_and_shares_one_uuid() {
+        let dir = tempfile::tempdir().unwrap();
+        let q = QueueStore::open(dir.path(), "q", RetryPolicy::default())
+            .await
+            .unwrap();
+        // Sent out of time order: the claim order is enqueued_at, then id.
+        for (text, at) in [("c", 30), ("a", 10), ("b", 10), ("d", 40)] {
+            q.send(&Payload::Text(text.into()), at).await.unwrap();
+        }
+        let first = q.receive(1, Some(1_000), 100).await.unwrap();
+        assert_eq!(first[0].payload, Payload::Text("a".into()));
+        let rest = q.receive(10, Some(1_000), 100).await.unwrap();
+        let texts: Vec<_> = rest.iter().map(|d| d.payload.clone()).collect();
+        assert_eq!(
+            texts,
+            ["b", "c", "d"].map(|t| Payload::Text(t.into())).to_vec()
+        );
+        let uuid = |d: &Delivery| d.receipt.split_once(':').unwrap().1.to_string();
+        assert!(rest.iter().all(|d| uuid(d) == uuid(&rest[0])));
+        assert_ne!(uuid(&first[0]), uuid(&rest[0]));
+        // Redelivered after its visibility: a new UUID, the same place.
+        let again = q.receive(10, Some(1_000), 1_100).await.unwrap();
+        assert_eq!(again[0].payload, Payload::Text("a".into()));
+        assert_eq!(again[0].attempt, 2);
+        assert_ne!(uuid(&again[0]), uuid(&first[0]));
+    }
+
+    #[tokio::test]
+    async fn ack_batch_reports_each_receipt_and_applies_them_together() {
+        let dir = tempfile::tempdir().unwrap();
+        let q = QueueStore::open(dir.path(), "q", RetryPolicy::default())
+            .await
+            .unwrap();
+        for i in 0..4 {
+            q.send(&Payload::Text(format!("m{i}")), 0).await.unwrap();
+        }
+        let old = q.receive(4, Some(10), 0).await.unwrap();
+        let new = q.receive(2, Some(1_000), 10).await.unwrap();
+        // m0 and m1 were delivered again (their old receipts are stale); m2
+        // and m3 are still on their first delivery.
+        let outcomes = q
+            .ack_batch(&[
+                old[0].receipt.clone(), // m0, delivered again: stale
+                old[2].receipt.clone(), // m2: acked
+                new[1].receipt.clone(), // m1: acked
+                "garbage".into(),       // never a receipt: gone
+                "999:00000000-0000-4000-8000-000000000000".into(), // no such message: gone
+                new[1].receipt.clone(), // repeated: gone
+                old[1].receipt.clone(), // stale copy of m1, acked in this batch: gone
+            ])
+            .await
+            .unwrap();
+        assert_eq!(
+            outcomes,
+            [
+                Settled::Stale,
+                Settled::Done,
+                Settled::Done,
+                Settled::Gone,
+                Settled::Gone,
+                Settled::Gone,
+                Settled::Gone
+            ]
+        );
+        // m0 is in flight under its new receipt; m3 is claimable once its
+        // first visibility ended.
+        assert!(q.ack(&new[0].receipt).await.is_ok());
+        // Only m3 is left, claimable once its old visibility ends.
+        let left = q.receive(10, None, 20).await.unwrap();
+        assert_eq!(left.len(), 1);
+        assert_eq!(left[0].payload, Payload::Text("m3".into()));
+    }
+
+    #[tokio::test]
+    async fn a_v1_file_made_without_the_claim_index_gets_it_on_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = queue_path(dir.path(), "q");
+        // The other program's DDL: the v1 schema without alk's index.
+        static OTHER: Format = Format {
+            marker: "localqueue.v1",
+            ddl: "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);\n\
+                  INSERT OR IGNORE INTO meta (key, value) VALUES ('format', 'localqueue.v1');\n\
+                  CREATE TABLE IF NOT EXISTS messages (id INTEGER PRIMARY KEY AUTOINCREMENT, payload_type TEXT NOT NULL, payload_data TEXT NOT NULL, enqueued_at INTEGER NOT NULL, visible_at INTEGER NOT NULL, attempt INTEGER NOT NULL DEFAULT 0, receipt_handle TEXT);\n\
+                  CREATE INDEX IF NOT EXISTS idx_messages_visible ON messages (visible_at, enqueued_at, id);",
+        };
+        {
+            let other = open_store(&path, &OTHER, RetryPolicy::default())
+                .await
+                .unwrap();
+            other
+                .run_write(|conn: Connection| {
+                    Box::pin(async move {
+                        exec(&conn, SEND, ("text", "from the other program", 5)).await?;
+                        Ok(())
+                    })
+                })
+                .await
+                .unwrap();
+            // As if that program were another process: close its database.
+            other.close_for_test();
+        }
+        let q = QueueStore::open(dir.path(), "q", RetryPolicy::default())
+            .await
+            .unwrap();
+        let got = q.receive(1, None, 10).await.unwrap();
+        assert_eq!(got[0].payload, Payload::Text("from the other program".into()));
     }
 }
 

@@ -188,7 +188,7 @@ impl Store {
         let conn = self
             .run(|conn: Connection| {
                 Box::pin(async move {
-                    conn.execute("BEGIN IMMEDIATE", ()).await?;
+                    exec(&conn, "BEGIN IMMEDIATE", ()).await?;
                     Ok(conn)
                 })
             })
@@ -205,17 +205,17 @@ impl Store {
         self.run_write(|conn: Connection| {
             let attempt = op(conn.clone());
             Box::pin(async move {
-                conn.execute("BEGIN IMMEDIATE", ()).await?;
+                exec(&conn, "BEGIN IMMEDIATE", ()).await?;
                 match attempt.await {
-                    Ok(v) => match conn.execute("COMMIT", ()).await {
+                    Ok(v) => match exec(&conn, "COMMIT", ()).await {
                         Ok(_) => Ok(v),
                         Err(e) => {
-                            let _ = conn.execute("ROLLBACK", ()).await;
+                            let _ = exec(&conn, "ROLLBACK", ()).await;
                             Err(Failure::Db(e))
                         }
                     },
                     Err(e) => {
-                        let _ = conn.execute("ROLLBACK", ()).await;
+                        let _ = exec(&conn, "ROLLBACK", ()).await;
                         Err(e)
                     }
                 }
@@ -226,7 +226,9 @@ impl Store {
 }
 
 /// Runs one of the store's own statements, prepared once per connection
-/// and reused (preparing costs about as much as running a point query).
+/// and reused (preparing costs about as much as running a point query;
+/// transaction control included: `BEGIN IMMEDIATE` and `COMMIT` are not
+/// parsed again on every transaction).
 pub(crate) async fn exec(
     conn: &Connection,
     sql: &str,

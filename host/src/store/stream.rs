@@ -409,7 +409,7 @@ impl Open {
     /// connection goes back to the pool when it did.
     async fn end(self, store: &Store, sql: &str) -> Result<(), String> {
         self.watchdog.abort();
-        let result = std::panic::AssertUnwindSafe(self.conn.execute(sql, ()))
+        let result = std::panic::AssertUnwindSafe(exec(&self.conn, sql, ()))
             .catch_unwind()
             .await;
         match result {
@@ -418,7 +418,7 @@ impl Open {
                 Ok(())
             }
             Ok(Err(e)) => {
-                let _ = self.conn.execute("ROLLBACK", ()).await;
+                let _ = exec(&self.conn, "ROLLBACK", ()).await;
                 Err(e.to_string())
             }
             Err(panic) => {

@@ -89,6 +89,12 @@ fn main() {
 
 type Timing = (usize, u128, u128, u128);
 
+/// `queue-claim-<batch>-<depth>` as `(batch, depth)`.
+fn claim_op(op: &str) -> Option<(u32, usize)> {
+    let (batch, depth) = op.strip_prefix("queue-claim-")?.split_once('-')?;
+    Some((batch.parse().ok()?, depth.parse().ok()?))
+}
+
 async fn turso(op: &str, n: usize, tag: &str, dir: &Path, relaxed: bool) -> Timing {
     let opts = StoreOptions {
         retry: RetryPolicy::default(),
@@ -126,6 +132,22 @@ async fn turso(op: &str, n: usize, tag: &str, dir: &Path, relaxed: bool) -> Timi
             let events: Vec<(Option<String>, Vec<u8>)> =
                 (0..1000).map(|_| (None, value.clone())).collect();
             s.publish_batch("bench", &events, now_ms()).await.unwrap();
+        }
+        "stream-replay" => {
+            let events: Vec<(Option<String>, Vec<u8>)> =
+                (0..1000).map(|_| (None, value.clone())).collect();
+            for _ in 0..n.div_ceil(1000) {
+                s.publish_batch("replay", &events, now_ms()).await.unwrap();
+            }
+        }
+        op if claim_op(op).is_some() => {
+            let (_, depth) = claim_op(op).unwrap();
+            for start in (0..depth).step_by(1000) {
+                let batch: Vec<Payload> = (start..depth.min(start + 1000))
+                    .map(|_| Payload::Text(text.clone()))
+                    .collect();
+                q.send_batch(&batch, now_ms()).await.unwrap();
+            }
         }
         _ => {}
     }
@@ -195,9 +217,33 @@ async fn turso(op: &str, n: usize, tag: &str, dir: &Path, relaxed: bool) -> Timi
             }
         }
         "queue-preload" => {}
+        op if claim_op(op).is_some() => {
+            let (batch, _) = claim_op(op).unwrap();
+            done = 0;
+            while done < n {
+                let got = q.receive(batch, None, now_ms()).await.unwrap();
+                assert!(!got.is_empty(), "the queue ran dry");
+                if batch == 1 {
+                    q.ack(&got[0].receipt).await.unwrap();
+                } else {
+                    let receipts: Vec<String> = got.iter().map(|m| m.receipt.clone()).collect();
+                    q.ack_batch(&receipts).await.unwrap();
+                }
+                done += got.len();
+            }
+        }
         "stream-publish" => {
             for _ in 0..n {
                 s.publish("bench", None, &value, now_ms()).await.unwrap();
+            }
+        }
+        "stream-replay" => {
+            let (mut offset, mut read) = (0, 0);
+            while read < n {
+                let events = s.read_since("replay", offset, 1000).await.unwrap();
+                assert!(!events.is_empty(), "the stream ended early");
+                offset = events.last().unwrap().offset;
+                read += events.len();
             }
         }
         "stream-read100" => {
@@ -410,6 +456,19 @@ fn sqlite(op: &str, n: usize, tag: &str, dir: &Path, relaxed: bool) -> Timing {
         })
     };
     let ack = |receipts: &[String]| ack_sqlite(&qc, receipts);
+    let publish_to = |c: &Connection, name: &str| -> rusqlite::Result<i64> {
+        let offset: i64 = c
+            .prepare_cached(stream::NEXT_OFFSET)?
+            .query_row(params![name], |r| r.get(0))?;
+        c.prepare_cached(stream::APPEND)?.execute(params![
+            name,
+            offset,
+            Option::<String>::None,
+            value,
+            now_ms()
+        ])?;
+        Ok(offset)
+    };
     let publish = |c: &Connection| -> rusqlite::Result<i64> {
         let offset: i64 = c
             .prepare_cached(stream::NEXT_OFFSET)?
@@ -455,6 +514,28 @@ fn sqlite(op: &str, n: usize, tag: &str, dir: &Path, relaxed: bool) -> Timing {
             }
             Ok(())
         }),
+        "stream-replay" => {
+            for _ in 0..n.div_ceil(1000) {
+                immediate(&sc, |c| {
+                    for _ in 0..1000 {
+                        publish_to(c, "replay")?;
+                    }
+                    Ok(())
+                });
+            }
+        }
+        op if claim_op(op).is_some() => {
+            let (_, depth) = claim_op(op).unwrap();
+            for start in (0..depth).step_by(1000) {
+                immediate(&qc, |c| {
+                    for _ in start..depth.min(start + 1000) {
+                        c.prepare_cached(queue::SEND)?
+                            .execute(params!["text", text, now_ms()])?;
+                    }
+                    Ok(())
+                });
+            }
+        }
         _ => {}
     }
     let mut done = n;
@@ -527,9 +608,35 @@ fn sqlite(op: &str, n: usize, tag: &str, dir: &Path, relaxed: bool) -> Timing {
             }
         }
         "queue-preload" => {}
+        op if claim_op(op).is_some() => {
+            let (batch, _) = claim_op(op).unwrap();
+            done = 0;
+            while done < n {
+                let got = claim(batch as i64);
+                assert!(!got.is_empty(), "the queue ran dry");
+                ack(&got);
+                done += got.len();
+            }
+        }
         "stream-publish" => (0..n).for_each(|_| {
             immediate(&sc, |c| publish(c));
         }),
+        "stream-replay" => {
+            let (mut offset, mut read) = (0i64, 0usize);
+            while read < n {
+                let mut st = sc.prepare_cached(stream::READ_SINCE).unwrap();
+                let events: Vec<(i64, Option<String>, Vec<u8>, i64)> = st
+                    .query_map(params!["replay", offset, 1000], |r| {
+                        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+                    })
+                    .unwrap()
+                    .map(|r| r.unwrap())
+                    .collect();
+                assert!(!events.is_empty(), "the stream ended early");
+                offset = events.last().unwrap().0;
+                read += events.len();
+            }
+        }
         "stream-read100" => (0..n).for_each(|i| {
             let mut st = sc.prepare_cached(stream::READ_SINCE).unwrap();
             let count = st

@@ -646,6 +646,28 @@ pub fn run(root: &Path, host_bin: &Path, native: &Path, wasmtime: &Path) -> Resu
         true,
         1,
     )?;
+    let depth_relaxed = capability_rows(
+        &b,
+        &[
+            ("claim + ack one at a time, 500 waiting", "queue-claim-1-500", 500),
+            ("claim + ack one at a time, 10,000 waiting", "queue-claim-1-10000", 500),
+            ("claim + ack-batch, batch 8, 5,000 waiting (messages)", "queue-claim-8-5000", 5_000),
+            ("claim + ack-batch, batch 32, 5,000 waiting (messages)", "queue-claim-32-5000", 5_000),
+            ("claim + ack-batch, batch 128, 5,000 waiting (messages)", "queue-claim-128-5000", 5_000),
+            ("stream replay, pages of 1,000 (events)", "stream-replay", 10_000),
+        ],
+        true,
+        1,
+    )?;
+    let depth_full = capability_rows(
+        &b,
+        &[
+            ("claim + ack one at a time, 500 waiting", "queue-claim-1-500", 500),
+            ("claim + ack one at a time, 10,000 waiting", "queue-claim-1-10000", 500),
+        ],
+        false,
+        1,
+    )?;
     let relaxed_multi = capability_rows(
         &b,
         &[(
@@ -856,6 +878,18 @@ pub fn run(root: &Path, host_bin: &Path, native: &Path, wasmtime: &Path) -> Resu
         "Relaxed durability — 4 processes",
         "",
         &relaxed_multi,
+    );
+    ops_table(
+        &mut md,
+        "Queue depth and batches — one process, relaxed durability",
+        "A claim takes the oldest due messages: `queue-claim-<batch>-<depth>` sends `depth` messages (untimed), then receives and acknowledges `ops per run` of them, `batch` at a time (one at a time with `ack`, more with `ack-batch`). A claim that does not slow down as the queue grows shows as equal rates at 500 and 10,000 waiting. Replay reads a stream of that many events from the start in pages of 1,000.",
+        &depth_relaxed,
+    );
+    ops_table(
+        &mut md,
+        "Queue depth — one process, full durability",
+        "",
+        &depth_full,
     );
     md.push_str("### Mixed workload — several processes on one data directory\n\n");
     md.push_str("The soak's mix (`tests/shared/mix.rs`): worker processes receive one message at a time (a waiting receive) and\nacknowledge it; producer processes send one message per call for the given time; every 10th, 20th and 50th step\nalso sets a key, publishes to a stream, and takes and releases a lock. Every message is then checked to have been\nacknowledged exactly once. alk: `alk-host run --durability <d> target/guests/soak.wasm -- <role> …`; SQLite: the same\nsteps and statements from Rust on stock SQLite (`alk-bench mix sqlite <d> <role> …`; a worker with nothing to\nreceive polls every millisecond, as SQLite-based queues do). Messages/s: messages over the span from the first\nprocess start to the last exit (median of 3 runs, range in brackets). Latencies are per call inside each process:\nthe median of the workers' p50, the highest worker p99, and the slowest writing call of any process (the worst wait\nfor a writer). CPU: the processes' CPU time per 1,000 messages.\n\n| durability | processes | engine | messages/s | worker p50 | worker p99 | worst writer wait | CPU-s per 1,000 messages |\n|---|---|---|---|---|---|---|---|\n");

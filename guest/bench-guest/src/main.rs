@@ -9,7 +9,11 @@
 //! `queue-recv-ack-1`, `queue-recv-ack-100`, `queue-preload` (sends `n`
 //! messages in batches, untimed use), `queue-drain-100` (receives and acks
 //! in batches of 100 until the queue is empty; `n` is ignored and the count
-//! is what it drained), `stream-publish`, `stream-read100`, `lock-cycle`.
+//! is what it drained), `queue-claim-<batch>-<depth>` (sends `depth`
+//! messages untimed, then receives and acks `n` of them, `batch` at a time:
+//! one at a time with `ack`, more with `ack-batch`), `stream-publish`,
+//! `stream-read100`, `stream-replay` (publishes `n` events untimed, then
+//! reads them all from the start in pages of 1,000), `lock-cycle`.
 
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -22,6 +26,12 @@ fn wall_us() -> u128 {
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_micros()
+}
+
+/// `queue-claim-<batch>-<depth>` as `(batch, depth)`.
+fn claim_op(op: &str) -> Option<(u32, usize)> {
+    let (batch, depth) = op.strip_prefix("queue-claim-")?.split_once('-')?;
+    Some((batch.parse().ok()?, depth.parse().ok()?))
 }
 
 fn main() {
@@ -51,6 +61,26 @@ fn main() {
             let batch: Vec<Payload> = (0..1000).map(|_| Payload::Text(text.clone())).collect();
             for _ in 0..n.div_ceil(1000) {
                 q.send_batch(&batch).unwrap();
+            }
+        }
+        op if claim_op(op).is_some() => {
+            let (_, depth) = claim_op(op).unwrap();
+            for start in (0..depth).step_by(1000) {
+                let batch: Vec<Payload> = (start..depth.min(start + 1000))
+                    .map(|_| Payload::Text(text.clone()))
+                    .collect();
+                q.send_batch(&batch).unwrap();
+            }
+        }
+        "stream-replay" => {
+            for _ in 0..n.div_ceil(1000) {
+                let events: Vec<_> = (0..1000)
+                    .map(|_| alk_guest::stream::NewEvent {
+                        key: None,
+                        payload: value.clone(),
+                    })
+                    .collect();
+                stream::publish_batch("replay", &events).unwrap();
             }
         }
         "stream-read100" => {
@@ -97,6 +127,31 @@ fn main() {
             }
         }
         "queue-preload" => {}
+        op if claim_op(op).is_some() => {
+            let (batch, _) = claim_op(op).unwrap();
+            done = 0;
+            while done < n {
+                let got = q.receive(batch, None).unwrap();
+                assert!(!got.is_empty(), "the queue ran dry");
+                if batch == 1 {
+                    q.ack(&got[0].receipt).unwrap();
+                } else {
+                    let receipts: Vec<String> = got.iter().map(|m| m.receipt.clone()).collect();
+                    q.ack_batch(&receipts).unwrap();
+                }
+                done += got.len();
+            }
+        }
+        "stream-replay" => {
+            let mut offset = 0;
+            done = 0;
+            while done < n {
+                let events = stream::read_since("replay", offset, 1000).unwrap();
+                assert!(!events.is_empty(), "the stream ended early");
+                offset = events.last().unwrap().offset;
+                done += events.len();
+            }
+        }
         "queue-drain-100" => {
             done = 0;
             loop {

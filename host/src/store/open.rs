@@ -166,6 +166,8 @@ pub(crate) struct Handle {
     broken: AtomicBool,
     /// Writers take turns through this.
     pub(crate) gate: WriteGate,
+    /// Commits made through the gate (a group commit counts once).
+    pub(crate) commits: AtomicU64,
 }
 
 impl Handle {
@@ -405,6 +407,11 @@ impl Store {
         &self.inner.policy
     }
 
+    /// When this store's commits count as done.
+    pub(crate) fn durability(&self) -> Durability {
+        self.inner.durability
+    }
+
     fn format(&self) -> &'static Format {
         self.inner.format
     }
@@ -454,6 +461,12 @@ impl Store {
         close(evicted);
         *lock(&self.inner.cached) = Arc::downgrade(&h);
         Ok(h)
+    }
+
+    /// Commits made through the write gate of this store's database.
+    #[cfg(test)]
+    pub(crate) async fn commits(&self) -> u64 {
+        self.handle().await.unwrap().commits.load(Ordering::Acquire)
     }
 
     /// Closes this store's database now (tests: a store "closed by another
@@ -646,6 +659,7 @@ impl Store {
             kept: AtomicBool::new(false),
             broken: AtomicBool::new(false),
             gate: WriteGate::new(lock_file),
+            commits: AtomicU64::new(0),
         };
         let schema = std::panic::AssertUnwindSafe(self.handshake(&handle))
             .catch_unwind()
@@ -1008,6 +1022,107 @@ mod tests {
         .await
         .unwrap();
         assert_eq!(count(&s).await.unwrap(), 1);
+    }
+
+    async fn rows(s: &Store) -> Vec<i64> {
+        s.run(|conn: Connection| {
+            Box::pin(async move {
+                let mut rows = conn.query("SELECT x FROM t ORDER BY x", ()).await?;
+                let mut out = Vec::new();
+                while let Some(r) = rows.next().await? {
+                    out.push(r.get::<i64>(0)?);
+                }
+                Ok(out)
+            })
+        })
+        .await
+        .unwrap()
+    }
+
+    /// Starts `n` writers, each inserting its number, while the gate is
+    /// held, so that they all queue; then lets them go. `refuse` makes
+    /// that writer write and then refuse; `fail_once` makes that writer's
+    /// first attempt fail in the engine (retryably) after writing.
+    async fn queued_writers(
+        s: &Store,
+        n: i64,
+        refuse: Option<i64>,
+        fail_once: Option<i64>,
+    ) -> Vec<AlkResult<()>> {
+        let handle = s.handle().await.unwrap();
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+        let held = handle.gate.queue(deadline, s.path()).await.unwrap();
+        let failed = Arc::new(AtomicBool::new(false));
+        let mut tasks = Vec::new();
+        for x in 0..n {
+            let (s, failed) = (s.clone(), failed.clone());
+            tasks.push(tokio::spawn(async move {
+                s.run_immediate(|conn: Connection| {
+                    let failed = failed.clone();
+                    Box::pin(async move {
+                        conn.execute("INSERT INTO t (x) VALUES (?1)", (x,)).await?;
+                        if Some(x) == refuse {
+                            return Err(super::super::retry::Failure::Alk(AlkError::InvalidArgument(
+                                "refused after writing".into(),
+                            )));
+                        }
+                        if Some(x) == fail_once && !failed.swap(true, Ordering::AcqRel) {
+                            return Err(super::super::retry::Failure::Db(turso::Error::Busy(
+                                "simulated".into(),
+                            )));
+                        }
+                        Ok(())
+                    })
+                })
+                .await
+            }));
+        }
+        while handle.gate.waiting() < n as usize {
+            tokio::task::yield_now().await;
+        }
+        drop(held);
+        let mut out = Vec::new();
+        for t in tasks {
+            out.push(t.await.unwrap());
+        }
+        out
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn writers_queued_behind_each_other_share_one_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = open_store(&dir.path().join("s/store.sqlite"), &FORMAT, RetryPolicy::default())
+            .await
+            .unwrap();
+        let results = queued_writers(&s, 10, None, None).await;
+        assert!(results.iter().all(|r| r.is_ok()), "{results:?}");
+        assert_eq!(rows(&s).await, (0..10).collect::<Vec<_>>());
+        assert_eq!(s.commits().await, 1, "the ten writers did not share a commit");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_refusal_inside_a_shared_commit_undoes_only_that_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = open_store(&dir.path().join("s/store.sqlite"), &FORMAT, RetryPolicy::default())
+            .await
+            .unwrap();
+        let results = queued_writers(&s, 6, Some(3), None).await;
+        assert!(matches!(results[3], Err(AlkError::InvalidArgument(_))));
+        assert!(results.iter().enumerate().all(|(i, r)| i == 3 || r.is_ok()));
+        assert_eq!(rows(&s).await, [0, 1, 2, 4, 5]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_engine_failure_inside_a_shared_commit_reruns_every_writer_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = open_store(&dir.path().join("s/store.sqlite"), &FORMAT, RetryPolicy::default())
+            .await
+            .unwrap();
+        let results = queued_writers(&s, 6, None, Some(4)).await;
+        assert!(results.iter().all(|r| r.is_ok()), "{results:?}");
+        // The group was rolled back and every writer ran again: each row
+        // is there exactly once.
+        assert_eq!(rows(&s).await, (0..6).collect::<Vec<_>>());
     }
 
     #[tokio::test]

@@ -14,6 +14,11 @@
 //! of the multi-process mix (see `tests/shared/mix.rs`) on stock SQLite:
 //! the same roles, steps and output as the `soak` guest under `alk-host`.
 //!
+//! `alk-bench guests <count> <full|relaxed> <bench-guest.wasm> <op> <n>
+//! <data-dir> <cache-dir>` runs `count` `bench-guest`s at once in one
+//! process (each `n / count` operations, tags apart) and prints one `ops`
+//! line for all of them: what several guests of one host achieve together.
+//!
 //! `alk-bench instances <count> <wake-tool.wasm> <data-dir> <cache-dir>`
 //! runs `count` guests at once in one process, each blocked in a wait, and
 //! prints `rss <before-KiB> <with-count-KiB>`.
@@ -68,6 +73,17 @@ fn main() {
         }
         ["mix", "sqlite", durability, rest @ .., dir] => {
             mix_sqlite(rest, Path::new(dir), *durability == "relaxed");
+        }
+        ["guests", count, durability, guest, op, n, dir, cache] => {
+            runtime.block_on(guests(
+                count.parse().expect("count"),
+                *durability == "relaxed",
+                Path::new(guest),
+                op,
+                n.parse().expect("n"),
+                Path::new(dir),
+                Path::new(cache),
+            ));
         }
         ["instances", count, guest, dir, cache] => {
             let count: usize = count.parse().expect("count");
@@ -874,6 +890,56 @@ fn rss_kib() -> u64 {
 
 /// Runs `count` guests at once, each waiting on a channel, and reports the
 /// resident memory before and while they all wait.
+async fn guests(
+    count: usize,
+    relaxed: bool,
+    guest: &Path,
+    op: &str,
+    n: usize,
+    dir: &Path,
+    cache: &Path,
+) {
+    let runner = std::sync::Arc::new(Runner::with_cache(Some(cache)).unwrap());
+    let component = runner.load(guest).unwrap();
+    let durability = if relaxed {
+        Durability::Relaxed
+    } else {
+        Durability::Full
+    };
+    let mut tasks = Vec::new();
+    for i in 0..count {
+        let (runner, component) = (runner.clone(), component.clone());
+        let ctx = AlkCtx::builder()
+            .data_dir(dir)
+            .durability(durability)
+            .build();
+        let o = RunOptions {
+            args: vec![op.to_string(), (n / count).to_string(), format!("g{i}")],
+            capture_output: true,
+            ..Default::default()
+        };
+        tasks.push(tokio::spawn(async move {
+            runner.run(&component, "bench-guest", ctx, &o).await
+        }));
+    }
+    let (mut total, mut start, mut end) = (0u128, u128::MAX, 0u128);
+    for t in tasks {
+        let out = t.await.unwrap().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let f: Vec<u128> = text
+            .lines()
+            .find_map(|l| l.strip_prefix("ops "))
+            .unwrap_or_else(|| panic!("no ops line: {text}"))
+            .split(' ')
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        total += f[0];
+        start = start.min(f[2]);
+        end = end.max(f[3]);
+    }
+    println!("ops {total} {} {start} {end}", end - start);
+}
+
 async fn instances(count: usize, guest: &Path, dir: &Path, cache: &Path) {
     let runner = std::sync::Arc::new(Runner::with_cache(Some(cache)).unwrap());
     let component = runner.load(guest).unwrap();

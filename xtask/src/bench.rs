@@ -707,6 +707,31 @@ pub fn run(root: &Path, host_bin: &Path, native: &Path, wasmtime: &Path) -> Resu
         mixes.push((durability, workers, producers, secs, alk, sqlite));
     }
 
+    eprintln!("bench: guests of one process writing at once");
+    let mut together = Vec::new();
+    for (label, op, n) in [("kv set", "kv-set", 1_600), ("queue send", "queue-send", 1_600)] {
+        let mut cells = Vec::new();
+        for count in [1usize, 16] {
+            let mut v = Vec::new();
+            for _ in 0..RUNS {
+                let dir = fresh_dir(root, "together")?;
+                let out = Command::new(native)
+                    .args(["guests", &count.to_string(), "full"])
+                    .arg(host.guests.join("bench-guest.wasm"))
+                    .args([op, &n.to_string()])
+                    .arg(&dir)
+                    .arg(root.join("target/bench-cache"))
+                    .output()
+                    .map_err(|e| e.to_string())?;
+                let r = parse_ops(&String::from_utf8_lossy(&out.stdout))?;
+                v.push(r.n / (r.elapsed_us / 1e6));
+            }
+            v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            cells.push(v);
+        }
+        together.push((label, n, cells));
+    }
+
     eprintln!("bench: connection strategies");
     let mut strategies = Vec::new();
     for (op, n) in [("kv-get", 20_000usize), ("kv-set", 1_000)] {
@@ -906,6 +931,18 @@ pub fn run(root: &Path, host_bin: &Path, native: &Path, wasmtime: &Path) -> Resu
             )
             .unwrap();
         }
+    }
+    md.push('\n');
+    md.push_str("### Guests of one process writing at once — full durability\n\nSeveral guests of one `alk-host` process writing to one store at the same time (`alk-bench guests <count> full\nbench-guest.wasm <op> <n> D`: `count` guests run by one `Runner`, each doing its share of the `n` operations). Writers of\none process that queue behind each other share one transaction and one sync (group commit), so more writers do\nnot mean more syncs.\n\n| operation | ops per run | 1 guest ops/s | 16 guests ops/s | 16 ÷ 1 |\n|---|---|---|---|---|\n");
+    for (label, n, cells) in &together {
+        let ratio = cells[1][cells[1].len() / 2] / cells[0][cells[0].len() / 2];
+        writeln!(
+            md,
+            "| {label} | {n} | {} | {} | {ratio:.1}× |",
+            fmt_ops(&cells[0]),
+            fmt_ops(&cells[1])
+        )
+        .unwrap();
     }
     md.push('\n');
     md.push_str("### Connection strategy\n\nkv get and set through the turso API itself (`alk-bench op turso-fresh|turso-reused full <op> <n> s D`): a new\nconnection and statement per operation, against one reused connection with a cached prepared statement.\n\n| operation | ops per run | new connection per op | reused connection, cached statement | reused ÷ new |\n|---|---|---|---|---|\n");

@@ -66,6 +66,10 @@ pub const EXISTS: &str = "SELECT 1 FROM messages WHERE id = ?1";
 pub const ACK_BATCH: &str = "DELETE FROM messages WHERE id IN (SELECT m.id FROM json_each(?1) AS r \
 JOIN messages AS m ON m.id = json_extract(r.value, '$[0]') \
 AND m.receipt_handle = json_extract(r.value, '$[1]')) RETURNING id, receipt_handle";
+/// [`ACK_BATCH`] for receipts of one claim (one UUID, `?1`); `?2` is the
+/// JSON array of the ids. Returns the ids deleted.
+pub const ACK_CLAIMED: &str = "DELETE FROM messages WHERE receipt_handle = ?1 \
+AND id IN (SELECT value FROM json_each(?2)) RETURNING id";
 /// Which of the ids in the JSON array `?1` still exist.
 pub const EXISTING: &str =
     "SELECT id FROM messages WHERE id IN (SELECT value FROM json_each(?1))";
@@ -308,26 +312,48 @@ impl QueueStore {
                 .await?;
             return Ok(vec![outcome]);
         }
-        let pairs_json = serde_json_array(&pairs);
         let ids_json = format!(
             "[{}]",
-            pairs.iter().map(|(id, _)| id.to_string()).collect::<Vec<_>>().join(",")
+            pairs
+                .iter()
+                .map(|(id, _)| id.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
         );
+        // Receipts of one claim share its UUID: the simpler statement. Any
+        // mix: the general one, pairs of id and UUID.
+        let shared = pairs.iter().all(|(_, u)| *u == pairs[0].1).then_some(pairs[0].1);
+        let pairs_json = match shared {
+            Some(_) => String::new(),
+            None => serde_json_array(&pairs),
+        };
+        let unique: std::collections::HashSet<i64> = pairs.iter().map(|(id, _)| *id).collect();
         let (pairs_json, ids_json) = (&pairs_json, &ids_json);
         let (deleted, existing) = self
             .store
             .run_immediate(|conn: Connection| {
+                let unique = &unique;
                 Box::pin(async move {
-                    let mut deleted = Vec::new();
-                    let mut rows = query(&conn, ACK_BATCH, (pairs_json.as_str(),)).await?;
+                    let mut deleted: Vec<(i64, String)> = Vec::new();
+                    let mut rows = match shared {
+                        Some(uuid) => query(&conn, ACK_CLAIMED, (uuid, ids_json.as_str())).await?,
+                        None => query(&conn, ACK_BATCH, (pairs_json.as_str(),)).await?,
+                    };
                     while let Some(row) = rows.next().await? {
-                        deleted.push((row.get::<i64>(0)?, row.get::<String>(1)?));
+                        let uuid = match shared {
+                            Some(u) => u.to_string(),
+                            None => row.get::<String>(1)?,
+                        };
+                        deleted.push((row.get::<i64>(0)?, uuid));
                     }
                     drop(rows);
-                    let mut existing = Vec::new();
-                    let mut rows = query(&conn, EXISTING, (ids_json.as_str(),)).await?;
-                    while let Some(row) = rows.next().await? {
-                        existing.push(row.get::<i64>(0)?);
+                    // Every message acked: none can be stale, no need to look.
+                    let mut existing = std::collections::HashSet::new();
+                    if deleted.len() < unique.len() {
+                        let mut rows = query(&conn, EXISTING, (ids_json.as_str(),)).await?;
+                        while let Some(row) = rows.next().await? {
+                            existing.insert(row.get::<i64>(0)?);
+                        }
                     }
                     Ok((deleted, existing))
                 })
@@ -336,16 +362,15 @@ impl QueueStore {
         // The receipts of a batch apply together: the current one acks its
         // message (its first occurrence, if repeated); any other receipt of a
         // message still there is stale; the rest find their message gone.
-        let mut acked: Vec<i64> = Vec::new();
+        let deleted: std::collections::HashMap<i64, String> = deleted.into_iter().collect();
+        let mut acked = std::collections::HashSet::new();
         Ok(parsed
             .iter()
             .map(|receipt| match receipt {
                 None => Settled::Gone,
                 Some((id, uuid))
-                    if !acked.contains(id)
-                        && deleted.iter().any(|(d, u)| d == id && u == uuid) =>
+                    if deleted.get(id) == Some(uuid) && acked.insert(*id) =>
                 {
-                    acked.push(*id);
                     Settled::Done
                 }
                 Some((id, _)) if existing.contains(id) => Settled::Stale,
@@ -556,6 +581,7 @@ mod tests {
                 ("NACK", NACK),
                 ("EXISTS", EXISTS),
                 ("ACK_BATCH", ACK_BATCH),
+                ("ACK_CLAIMED", ACK_CLAIMED),
                 ("EXISTING", EXISTING),
                 ("PURGE", PURGE),
                 ("NEXT_VISIBLE", NEXT_VISIBLE),

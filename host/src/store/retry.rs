@@ -120,7 +120,7 @@ impl Store {
         &self,
         op: impl FnMut(Connection) -> OpFuture<'a, T> + Send,
     ) -> AlkResult<T> {
-        self.write(op).await
+        self.write(true, op).await
     }
 
     /// Runs `op` inside a `BEGIN IMMEDIATE` transaction, through the
@@ -134,11 +134,15 @@ impl Store {
         &self,
         op: impl FnMut(Connection) -> OpFuture<'a, T> + Send,
     ) -> AlkResult<T> {
-        self.write(op).await
+        self.write(false, op).await
     }
 
+    /// A write through the gate. `one_statement`: `op` is a single
+    /// statement, which commits on its own when nobody else is queued (no
+    /// `BEGIN`/`COMMIT` to run for it).
     async fn write<'a, T>(
         &self,
+        one_statement: bool,
         mut op: impl FnMut(Connection) -> OpFuture<'a, T> + Send,
     ) -> AlkResult<T> {
         let policy = *self.policy();
@@ -154,6 +158,35 @@ impl Store {
                 // Writers of another durability do not share a commit.
                 let g = turn.take().expect("checked");
                 self.end_group(&handle, g, true).await;
+            }
+            if turn.is_none() && one_statement && handle.gate.waiting() == 0 {
+                // Alone: the statement commits on its own, under the lock.
+                let flock = handle.gate.lock(deadline, self.path()).await?;
+                let attempt = std::panic::AssertUnwindSafe(async {
+                    let conn = self.check_out(&handle).await?;
+                    let result = op(conn.clone()).await;
+                    self.check_in(&handle, conn);
+                    result
+                })
+                .catch_unwind()
+                .await;
+                drop(flock);
+                drop(turn);
+                match attempt {
+                    Err(panic) => return Err(self.engine_panicked(&handle, &*panic)),
+                    Ok(Ok(v)) => {
+                        handle
+                            .commits
+                            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+                        return Ok(v);
+                    }
+                    Ok(Err(Failure::Alk(e))) => return Err(e),
+                    Ok(Err(Failure::Db(e))) if is_retryable(&e) => {
+                        self.back_off(deadline, &mut pause, &e.to_string()).await?;
+                        continue;
+                    }
+                    Ok(Err(Failure::Db(e))) => return Err(self.engine_error(e)),
+                }
             }
             if turn.is_none() {
                 match self.begin_group(&handle, deadline).await {

@@ -365,7 +365,15 @@ fn sqlite_db(dir: &Path, file: &str, ddl: &str, relaxed: bool) -> Connection {
     let conn = Connection::open(dir.join(file)).unwrap();
     conn.busy_timeout(std::time::Duration::from_secs(5))
         .unwrap();
-    conn.pragma_update(None, "journal_mode", "WAL").unwrap();
+    // Switching to WAL takes an exclusive lock that the busy handler does
+    // not wait for: several processes starting at once retry.
+    for attempt in 0.. {
+        match conn.pragma_update(None, "journal_mode", "WAL") {
+            Ok(()) => break,
+            Err(_) if attempt < 1000 => std::thread::sleep(std::time::Duration::from_millis(2)),
+            Err(e) => panic!("cannot switch {file} to WAL: {e}"),
+        }
+    }
     conn.pragma_update(None, "synchronous", if relaxed { "NORMAL" } else { "FULL" })
         .unwrap();
     // Several processes may create the schema at once.

@@ -2,7 +2,8 @@
 //!
 //! `alk-bench op <turso|sqlite> <full|relaxed> <op> <n> <tag> <data-dir>`
 //! runs the same operations as the `bench-guest` guest, with the same SQL:
-//! - `turso`: alk's storage layer called directly from Rust — the same
+//! - `turso`: alk's storage layer (`alk-store` over `alk-store-turso`)
+//!   called directly from Rust — the same
 //!   statements, the same connection strategy (pooled connections, cached
 //!   prepared statements), the same retries — without a guest or host glue;
 //! - `sqlite`: stock SQLite through rusqlite, WAL mode, one connection with
@@ -26,12 +27,13 @@
 use std::path::Path;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use alk_host::store::kv::{self, KvLimits, KvStore};
-use alk_host::store::lock::{self, LockStore};
-use alk_host::store::queue::{self, Payload, QueueStore};
-use alk_host::store::stream::{self, StreamLimits, StreamStore};
-use alk_host::store::{RetryPolicy, StoreOptions};
 use alk_host::{AlkCtx, Durability, RunOptions, Runner};
+use alk_store::kv::Bucket;
+use alk_store::lock::Locks;
+use alk_store::queue::{Payload, Queue};
+use alk_store::stream::Streams;
+use alk_store::{Engine, KvLimits, StreamLimits};
+use alk_store_turso::{RetryPolicy, StoreOptions, TursoEngine, kv, lock, queue, stream};
 use rusqlite::{Connection, params};
 
 fn wall_us() -> u128 {
@@ -122,14 +124,16 @@ async fn turso(op: &str, n: usize, tag: &str, dir: &Path, relaxed: bool) -> Timi
     };
     let value = vec![7u8; 100];
     let text = "x".repeat(100);
-    let b = KvStore::open(dir, "bench", KvLimits::default(), opts)
+    // The engine behind the same checking layer guests' calls go through.
+    let engine = TursoEngine::new(dir, opts);
+    let b = Bucket::open(&engine, "bench", KvLimits::default())
         .await
         .unwrap();
-    let q = QueueStore::open(dir, "bench", opts).await.unwrap();
-    let s = StreamStore::open(dir, StreamLimits::default(), opts)
+    let q = Queue::open(&engine, "bench").await.unwrap();
+    let s = Streams::open(&engine, StreamLimits::default())
         .await
         .unwrap();
-    let l = LockStore::open(dir, opts).await.unwrap();
+    let l = Locks::open(&engine).await.unwrap();
     match op {
         "kv-get" => b.set("k", &value, None, now_ms()).await.unwrap(),
         "kv-scan100" => {
@@ -726,7 +730,12 @@ impl MixStats {
                 .unwrap_or(0)
         };
         println!("ops {}", self.lat.len());
-        println!("lat {} {} {}", at(0.5), at(0.99), self.lat.last().copied().unwrap_or(0));
+        println!(
+            "lat {} {} {}",
+            at(0.5),
+            at(0.99),
+            self.lat.last().copied().unwrap_or(0)
+        );
         println!("write {}", self.write_max);
         // SQLite's busy handler waits (up to 5 s); a busy past it panics.
         println!("busy 0");
@@ -772,15 +781,19 @@ fn mix_sqlite(role: &[&str], dir: &Path, relaxed: bool) {
                 n += 1;
                 let payload = format!("{tag}-{n}");
                 stats.call(true, || send(&payload));
-                if n % 10 == 0 {
+                if n.is_multiple_of(10) {
                     stats.call(true, || {
                         kvc.prepare_cached(kv::PUT)
                             .unwrap()
-                            .execute(params![tag, n.to_string().into_bytes(), Option::<i64>::None])
+                            .execute(params![
+                                tag,
+                                n.to_string().into_bytes(),
+                                Option::<i64>::None
+                            ])
                             .unwrap()
                     });
                 }
-                if n % 20 == 0 {
+                if n.is_multiple_of(20) {
                     stats.call(true, || {
                         immediate(&sc, |c| {
                             let offset: i64 = c
@@ -796,7 +809,7 @@ fn mix_sqlite(role: &[&str], dir: &Path, relaxed: bool) {
                         })
                     });
                 }
-                if n % 50 == 0 {
+                if n.is_multiple_of(50) {
                     lock_once(&mut stats, tag);
                 }
             }
@@ -817,7 +830,10 @@ fn mix_sqlite(role: &[&str], dir: &Path, relaxed: bool) {
                             })?
                             .collect::<rusqlite::Result<_>>()?;
                         out.sort();
-                        Ok(out.into_iter().map(|(_, id, u, b, a)| (id, u, b, a)).collect())
+                        Ok(out
+                            .into_iter()
+                            .map(|(_, id, u, b, a)| (id, u, b, a))
+                            .collect())
                     })
                 });
                 if got.is_empty() {
@@ -844,8 +860,10 @@ fn mix_sqlite(role: &[&str], dir: &Path, relaxed: bool) {
                     settle.push((id, uuid));
                 }
                 stats.call(true, || {
-                    let receipts: Vec<String> =
-                        settle.iter().map(|(id, uuid)| format!("{id}:{uuid}")).collect();
+                    let receipts: Vec<String> = settle
+                        .iter()
+                        .map(|(id, uuid)| format!("{id}:{uuid}"))
+                        .collect();
                     ack_sqlite(&qc, &receipts)
                 });
                 if rounds % 10 == 0 {
@@ -981,7 +999,10 @@ async fn instances(count: usize, guest: &Path, dir: &Path, cache: &Path) {
     // give them a moment, then measure while they wait.
     tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
     let during = rss_kib();
-    alk_host::store::wake::Wakes::for_data_dir(dir).signal("notify.go");
+    TursoEngine::new(dir, RetryPolicy::default())
+        .wakes()
+        .unwrap()
+        .signal("notify.go");
     for t in tasks {
         t.await.unwrap().unwrap();
     }

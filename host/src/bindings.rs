@@ -1,9 +1,11 @@
-//! The generated bindings of the `alk:store` package; the only `bindgen!`.
+//! The generated bindings of the `alk:store` package (the only `bindgen!`),
+//! for embedders that link single interfaces with their own accessor.
+#![allow(missing_docs)]
 
 wasmtime::component::bindgen!({
     path: "../wit",
     world: "alk:store/imports",
-    imports: { default: async | trappable },
+    imports: { default: async | trappable | tracing },
     trappable_error_type: {
         "alk:store/types.error" => crate::error::CallError,
     },

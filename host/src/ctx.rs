@@ -1,87 +1,14 @@
 //! [`AlkCtx`], its builder, and the view that host bindings run on.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
+use alk_store::lock::Locks;
+use alk_store::stream::Streams;
+use alk_store::{AlkError, AlkResult, Clock, Engine, Limits, SystemClock};
+use alk_store_turso::{Durability, RetryPolicy, StoreOptions, TursoEngine};
 use wasmtime::component::ResourceTable;
-
-use crate::store::kv::KvLimits;
-use crate::store::lock::LockStore;
-use crate::store::stream::{StreamLimits, StreamStore};
-use crate::store::{Durability, RetryPolicy, StoreOptions};
-
-/// The source of "now" for expiry decisions, in unix epoch milliseconds.
-///
-/// The host reads the time through this trait only, so embedders and tests
-/// can inject a clock and exercise TTLs without sleeping.
-pub trait Clock: Send + Sync + 'static {
-    /// Milliseconds since the unix epoch.
-    fn now_ms(&self) -> i64;
-}
-
-/// The system's wall clock.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now_ms(&self) -> i64 {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as i64)
-            .unwrap_or(0)
-    }
-}
-
-/// A clock that only moves when told to; for tests.
-#[derive(Debug, Default)]
-pub struct ManualClock(AtomicI64);
-
-impl ManualClock {
-    /// A clock reading `now_ms`.
-    pub fn new(now_ms: i64) -> Self {
-        ManualClock(AtomicI64::new(now_ms))
-    }
-    /// Moves the clock forward by `ms`.
-    pub fn advance(&self, ms: i64) {
-        self.0.fetch_add(ms, Ordering::SeqCst);
-    }
-    /// Sets the clock.
-    pub fn set(&self, now_ms: i64) {
-        self.0.store(now_ms, Ordering::SeqCst);
-    }
-}
-
-impl Clock for ManualClock {
-    fn now_ms(&self) -> i64 {
-        self.0.load(Ordering::SeqCst)
-    }
-}
-
-/// Limits applied to what a guest sends and holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
-    /// Key-value limits.
-    pub kv: KvLimits,
-    /// Stream limits.
-    pub stream: StreamLimits,
-    /// Most alk resources (buckets, queues, subscriptions, transactions,
-    /// locks, listeners, and the pollables made from them) one instance may
-    /// hold at once. Opening one more is an `invalid-argument` error (or a
-    /// trap, for calls that cannot return an error) until the guest drops
-    /// some.
-    pub max_open_resources: usize,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            kv: KvLimits::default(),
-            stream: StreamLimits::default(),
-            max_open_resources: 1024,
-        }
-    }
-}
 
 /// One resource counted against [`Limits::max_open_resources`]; held by
 /// the resource, released when it is dropped.
@@ -94,23 +21,21 @@ impl Drop for Slot {
     }
 }
 
-/// The per-instance state of the alk capabilities: where data lives, the
-/// limits, the clock and the retry policy.
+/// The per-instance state of the alk capabilities: the engine that keeps
+/// the data, the limits and the clock.
 ///
 /// Each plugin (guest instance) of an embedder gets its own `AlkCtx`; give
-/// plugins different data directories to isolate them from one another, or
-/// the same one to let them coordinate. A clone shares the stores but
-/// counts its own open resources.
+/// plugins different engines (data directories) to isolate them from one
+/// another, or the same one to let them coordinate. A clone shares the
+/// engine but counts its own open resources.
 pub struct AlkCtx {
-    pub(crate) data_dir: PathBuf,
+    pub(crate) engine: Arc<dyn Engine>,
     pub(crate) limits: Limits,
     pub(crate) clock: Arc<dyn Clock>,
-    pub(crate) retry: RetryPolicy,
-    pub(crate) durability: Durability,
-    /// The stream store, opened on first use.
-    pub(crate) streams: Arc<tokio::sync::OnceCell<StreamStore>>,
-    /// The lock store, opened on first use.
-    pub(crate) locks: Arc<tokio::sync::OnceCell<LockStore>>,
+    /// The streams, opened on first use.
+    streams: Arc<tokio::sync::OnceCell<Streams>>,
+    /// The locks, opened on first use.
+    locks: Arc<tokio::sync::OnceCell<Locks>>,
     /// Resources this instance holds.
     open: Arc<AtomicUsize>,
 }
@@ -118,11 +43,9 @@ pub struct AlkCtx {
 impl Clone for AlkCtx {
     fn clone(&self) -> Self {
         AlkCtx {
-            data_dir: self.data_dir.clone(),
+            engine: self.engine.clone(),
             limits: self.limits,
             clock: self.clock.clone(),
-            retry: self.retry,
-            durability: self.durability,
             streams: self.streams.clone(),
             locks: self.locks.clone(),
             open: Default::default(),
@@ -133,33 +56,38 @@ impl Clone for AlkCtx {
 impl std::fmt::Debug for AlkCtx {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AlkCtx")
-            .field("data_dir", &self.data_dir)
+            .field("engine", &self.engine.describe())
             .field("limits", &self.limits)
-            .field("retry", &self.retry)
             .finish_non_exhaustive()
     }
 }
 
 impl AlkCtx {
-    /// A builder with the defaults: data directory `.alk` (relative to the
-    /// current directory), default limits, the system clock.
+    /// A builder with the defaults: the file engine on data directory
+    /// `.alk` (relative to the current directory), default limits, the
+    /// system clock.
     pub fn builder() -> AlkCtxBuilder {
         AlkCtxBuilder::default()
     }
 
-    /// The data directory.
-    pub fn data_dir(&self) -> &Path {
-        &self.data_dir
+    /// The engine that keeps this context's data.
+    pub fn engine(&self) -> &Arc<dyn Engine> {
+        &self.engine
+    }
+
+    /// The limits in force.
+    pub fn limits(&self) -> Limits {
+        self.limits
     }
 
     /// Counts one more open resource of kind `what`, refusing it past
     /// [`Limits::max_open_resources`].
-    pub(crate) fn slot(&self, what: &str) -> crate::AlkResult<Slot> {
+    pub(crate) fn slot(&self, what: &str) -> AlkResult<Slot> {
         let limit = self.limits.max_open_resources;
         let held = self.open.fetch_add(1, Ordering::AcqRel);
         let slot = Slot(self.open.clone());
         if held >= limit {
-            return Err(crate::AlkError::InvalidArgument(format!(
+            return Err(AlkError::InvalidArgument(format!(
                 "cannot open another {what}: this guest holds {held} alk resources, the host's limit; drop some first"
             )));
         }
@@ -176,33 +104,24 @@ impl AlkCtx {
         self.clock.now_ms()
     }
 
-    /// How this context's stores are opened.
-    pub(crate) fn store_options(&self) -> StoreOptions {
-        StoreOptions {
-            retry: self.retry,
-            durability: self.durability,
-        }
+    /// This context's clock, as a function (for waits that re-read it).
+    pub(crate) fn clock_fn(&self) -> impl Fn() -> i64 + Send + Sync + 'static {
+        let clock = self.clock.clone();
+        move || clock.now_ms()
     }
 
-    /// This context's clock.
-    pub(crate) fn clock(&self) -> Arc<dyn Clock> {
-        self.clock.clone()
-    }
-
-    /// The stream store of the data directory, opened on first use.
-    pub(crate) async fn stream_store(&self) -> crate::AlkResult<StreamStore> {
+    /// The streams, opened on first use.
+    pub(crate) async fn streams(&self) -> AlkResult<Streams> {
         self.streams
-            .get_or_try_init(|| {
-                StreamStore::open(&self.data_dir, self.limits.stream, self.store_options())
-            })
+            .get_or_try_init(|| Streams::open(&*self.engine, self.limits.stream))
             .await
             .cloned()
     }
 
-    /// The lock store of the data directory, opened on first use.
-    pub(crate) async fn lock_store(&self) -> crate::AlkResult<LockStore> {
+    /// The locks, opened on first use.
+    pub(crate) async fn locks(&self) -> AlkResult<Locks> {
         self.locks
-            .get_or_try_init(|| LockStore::open(&self.data_dir, self.store_options()))
+            .get_or_try_init(|| Locks::open(&*self.engine))
             .await
             .cloned()
     }
@@ -211,6 +130,7 @@ impl AlkCtx {
 /// Builds an [`AlkCtx`].
 #[derive(Clone)]
 pub struct AlkCtxBuilder {
+    engine: Option<Arc<dyn Engine>>,
     data_dir: PathBuf,
     limits: Limits,
     clock: Arc<dyn Clock>,
@@ -221,6 +141,7 @@ pub struct AlkCtxBuilder {
 impl Default for AlkCtxBuilder {
     fn default() -> Self {
         AlkCtxBuilder {
+            engine: None,
             data_dir: PathBuf::from(".alk"),
             limits: Limits::default(),
             clock: Arc::new(SystemClock),
@@ -231,9 +152,17 @@ impl Default for AlkCtxBuilder {
 }
 
 impl AlkCtxBuilder {
-    /// Where stores live. Created on first use, not before.
+    /// Keeps the data in turso files under `dir` (created on first use, not
+    /// before), the default engine. Replaces an [`AlkCtxBuilder::engine`].
     pub fn data_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.data_dir = dir.into();
+        self.engine = None;
+        self
+    }
+    /// Keeps the data in `engine`; contexts built with the same engine
+    /// share its stores and wakes.
+    pub fn engine(mut self, engine: Arc<dyn Engine>) -> Self {
+        self.engine = Some(engine);
         self
     }
     /// Size limits for guest input.
@@ -246,24 +175,33 @@ impl AlkCtxBuilder {
         self.clock = clock;
         self
     }
-    /// How contended operations are retried before `busy` is returned.
+    /// How contended operations of the file engine are retried before
+    /// `busy` is returned.
     pub fn retry(mut self, retry: RetryPolicy) -> Self {
         self.retry = retry;
         self
     }
-    /// When commits count as done; [`Durability::Full`] by default.
+    /// When commits of the file engine count as done; [`Durability::Full`]
+    /// by default.
     pub fn durability(mut self, durability: Durability) -> Self {
         self.durability = durability;
         self
     }
     /// The context.
     pub fn build(self) -> AlkCtx {
+        let engine = self.engine.unwrap_or_else(|| {
+            Arc::new(TursoEngine::new(
+                self.data_dir,
+                StoreOptions {
+                    retry: self.retry,
+                    durability: self.durability,
+                },
+            ))
+        });
         AlkCtx {
-            data_dir: self.data_dir,
+            engine,
             limits: self.limits,
             clock: self.clock,
-            retry: self.retry,
-            durability: self.durability,
             streams: Default::default(),
             locks: Default::default(),
             open: Default::default(),

@@ -1,18 +1,18 @@
-//! Host glue of the `kv` interface: checks and translates, then calls
-//! [`crate::store::kv`]. No SQL here.
+//! Host glue of the `kv` interface: translates, then calls
+//! [`alk_store::kv::Bucket`], which checks and asks the engine.
 
 use wasmtime::component::Resource;
+
+use alk_store::kv::Bucket as Store;
 
 use crate::bindings::alk::store::kv::{self, Entry, ScanPage};
 use crate::ctx::{AlkCtxView, Slot};
 use crate::error::CallError;
-use crate::store::kv::KvStore;
 
 /// An open bucket, as held in the instance's resource table.
 #[derive(Debug)]
 pub struct Bucket {
-    name: String,
-    store: KvStore,
+    store: Store,
     _slot: Slot,
 }
 
@@ -23,22 +23,12 @@ impl kv::Host for AlkCtxView<'_> {}
 impl kv::HostBucket for AlkCtxView<'_> {
     async fn open(&mut self, name: String) -> Result<Resource<Bucket>, CallError> {
         let slot = self.ctx.slot("bucket")?;
-        let store = KvStore::open(
-            &self.ctx.data_dir,
-            &name,
-            self.ctx.limits.kv,
-            self.ctx.store_options(),
-        )
-        .await?;
-        Ok(self.table.push(Bucket {
-            name,
-            store,
-            _slot: slot,
-        })?)
+        let store = Store::open(&*self.ctx.engine, &name, self.ctx.limits.kv).await?;
+        Ok(self.table.push(Bucket { store, _slot: slot })?)
     }
 
     async fn name(&mut self, bucket: Resource<Bucket>) -> wasmtime::Result<String> {
-        Ok(self.table.get(&bucket)?.name.clone())
+        Ok(self.table.get(&bucket)?.store.name().to_string())
     }
 
     async fn get(

@@ -1,9 +1,11 @@
 //! `alk-host`: a WebAssembly component host that gives guests durable,
 //! shared coordination storage through the `alk:store` WIT package.
 //!
-//! Stores are [turso](https://crates.io/crates/turso) database files in
-//! multi-process WAL mode under one data directory, so several host processes
-//! (and several guests in one process) can share them safely.
+//! The data is kept by an [`Engine`] behind the engine-neutral rules of
+//! [`alk_store`]: by default [`TursoEngine`], turso database files in
+//! multi-process WAL mode under one data directory, so several host
+//! processes (and several guests in one process) share them safely. Any
+//! engine can be passed to [`AlkCtxBuilder::engine`].
 //!
 //! # Embedding
 //!
@@ -36,7 +38,7 @@
 //!     }
 //! }
 //!
-//! # async fn example() -> anyhow::Result<()> {
+//! # async fn example() -> wasmtime::Result<()> {
 //! let mut config = Config::new();
 //! config.async_support(true);
 //! let engine = Engine::new(&config)?;
@@ -60,34 +62,49 @@
 //! # }
 //! ```
 //!
+//! To link one interface with an accessor of your own instead of
+//! [`AlkView`], use the `add_to_linker_with` of its module (for example
+//! [`kv::add_to_linker_with`]) or [`add_to_linker_with`]; the generated
+//! [`bindings`] and their [`HasAlk`] marker are public for the same reason.
+//!
 //! To run a command component with everything linked, [`Runner`] does the
 //! above (plus memory and time limits) in one call; it is what
 //! `alk-host run` uses.
 
 #![deny(missing_docs)]
 
-/// Defines a capability module's linker functions: `add_to_linker` for its
-/// world (`<name>-imports`: the `types` interface and its own) and
-/// `add_interface_to_linker` (its own interface only, for the all-in world).
+/// Defines a capability module's linker functions: `add_to_linker` and
+/// `add_to_linker_with` for its world (`<name>-imports`: the `types`
+/// interface and its own), and `add_interface_to_linker` (its own
+/// interface only, for the all-in world).
 macro_rules! capability_linker {
     ($name:literal, $iface:ident) => {
-        #[doc = concat!("Adds the imports of the `alk:store/", $name, "-imports` world (the `types` and `", $name, "` interfaces) to `linker`.")]
+        #[doc = concat!("Adds the imports of the `alk:store/", $name, "-imports` world (the `types` and `", $name, "` interfaces) to `linker`, reaching the context through [`crate::AlkView`].")]
         pub fn add_to_linker<T: crate::AlkView + 'static>(
             linker: &mut wasmtime::component::Linker<T>,
         ) -> wasmtime::Result<()> {
-            crate::add_types_to_linker(linker)?;
-            add_interface_to_linker(linker)
+            add_to_linker_with(linker, |t: &mut T| t.alk())
         }
 
-        pub(crate) fn add_interface_to_linker<T: crate::AlkView + 'static>(
+        #[doc = concat!("Adds the imports of the `alk:store/", $name, "-imports` world to `linker`, reaching the context through `get`.")]
+        pub fn add_to_linker_with<T: Send + 'static>(
             linker: &mut wasmtime::component::Linker<T>,
+            get: fn(&mut T) -> crate::AlkCtxView<'_>,
         ) -> wasmtime::Result<()> {
-            $iface::add_to_linker::<T, crate::HasAlk>(linker, |t| t.alk())
+            crate::add_types_to_linker(linker, get)?;
+            add_interface_to_linker(linker, get)
+        }
+
+        pub(crate) fn add_interface_to_linker<T: Send + 'static>(
+            linker: &mut wasmtime::component::Linker<T>,
+            get: fn(&mut T) -> crate::AlkCtxView<'_>,
+        ) -> wasmtime::Result<()> {
+            $iface::add_to_linker::<T, crate::HasAlk>(linker, get)
         }
     };
 }
 
-mod bindings;
+pub mod bindings;
 mod ctx;
 mod error;
 pub mod kv;
@@ -95,48 +112,53 @@ pub mod lock;
 pub mod notify;
 pub mod queue;
 mod run;
-pub mod store;
 pub mod stream;
 
-pub use ctx::{
-    AlkCtx, AlkCtxBuilder, AlkCtxView, AlkView, Clock, Limits, ManualClock, SystemClock,
+pub use alk_store::{
+    AlkError, AlkResult, Clock, Engine, KvLimits, Limits, ManualClock, StreamLimits, SystemClock,
 };
-pub use error::{AlkError, AlkResult, CallError};
+pub use alk_store_turso::{Durability, RetryPolicy, TursoEngine};
+pub use ctx::{AlkCtx, AlkCtxBuilder, AlkCtxView, AlkView};
+pub use error::CallError;
 pub use run::{RunOptions, RunOutcome, RunState, RunStatus, Runner};
-pub use store::{Durability, RetryPolicy};
 
 use bindings::alk::store::types;
 use wasmtime::component::{HasData, Linker};
 
-/// Adds every alk interface (the `alk:store/imports` world) to `linker`.
+/// Adds every alk interface (the `alk:store/imports` world) to `linker`,
+/// reaching the context through [`AlkView`].
 pub fn add_to_linker<T: AlkView + 'static>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
-    add_types_to_linker(linker)?;
-    kv::add_interface_to_linker(linker)?;
-    queue::add_interface_to_linker(linker)?;
-    stream::add_interface_to_linker(linker)?;
-    lock::add_interface_to_linker(linker)?;
-    notify::add_interface_to_linker(linker)?;
+    add_to_linker_with(linker, |t: &mut T| t.alk())
+}
+
+/// Adds every alk interface (the `alk:store/imports` world) to `linker`,
+/// reaching the context through `get`.
+pub fn add_to_linker_with<T: Send + 'static>(
+    linker: &mut Linker<T>,
+    get: fn(&mut T) -> AlkCtxView<'_>,
+) -> wasmtime::Result<()> {
+    add_types_to_linker(linker, get)?;
+    kv::add_interface_to_linker(linker, get)?;
+    queue::add_interface_to_linker(linker, get)?;
+    stream::add_interface_to_linker(linker, get)?;
+    lock::add_interface_to_linker(linker, get)?;
+    notify::add_interface_to_linker(linker, get)?;
     Ok(())
 }
 
-/// The `HasData` of every alk interface: bindings run on an [`AlkCtxView`].
-pub(crate) struct HasAlk;
+/// The [`HasData`] of every alk interface: the generated [`bindings`] run
+/// on an [`AlkCtxView`].
+pub struct HasAlk;
 
 impl HasData for HasAlk {
     type Data<'a> = AlkCtxView<'a>;
 }
 
-pub(crate) fn add_types_to_linker<T: AlkView + 'static>(
+pub(crate) fn add_types_to_linker<T: Send + 'static>(
     linker: &mut Linker<T>,
+    get: fn(&mut T) -> AlkCtxView<'_>,
 ) -> wasmtime::Result<()> {
-    types::add_to_linker::<T, HasAlk>(linker, |t| t.alk())
-}
-
-/// The instant `timeout_ms` from now; absurdly long timeouts are capped at
-/// a year (a guest cannot overflow the host's clock).
-pub(crate) fn deadline_in(timeout_ms: u64) -> tokio::time::Instant {
-    let timeout = std::time::Duration::from_millis(timeout_ms.min(365 * 24 * 3600 * 1000));
-    tokio::time::Instant::now() + timeout
+    types::add_to_linker::<T, HasAlk>(linker, get)
 }
 
 impl types::Host for AlkCtxView<'_> {

@@ -1,12 +1,13 @@
-//! Host glue of the `lock` interface: checks and translates, then calls
-//! [`crate::store::lock`]. No SQL here.
+//! Host glue of the `lock` interface: translates, then calls
+//! [`alk_store::lock::Locks`], which checks, waits and asks the engine.
 
+use alk_store::lock::Acquired;
+use alk_store::time::wait_deadline;
 use wasmtime::component::Resource;
 
 use crate::bindings::alk::store::lock::{self, HolderInfo};
 use crate::ctx::{AlkCtxView, Slot};
 use crate::error::CallError;
-use crate::store::lock::Acquired;
 
 /// One acquisition, as held in the instance's resource table.
 #[derive(Debug)]
@@ -26,7 +27,7 @@ impl lock::Host for AlkCtxView<'_> {
     ) -> Result<Option<Resource<Lock>>, CallError> {
         let slot = self.ctx.slot("lock")?;
         let now = self.ctx.now();
-        let store = self.ctx.lock_store().await?;
+        let store = self.ctx.locks().await?;
         match store.try_lock(&name, &owner, ttl_ms, now).await? {
             Some(acquired) => Ok(Some(self.table.push(Lock {
                 acquired,
@@ -44,11 +45,10 @@ impl lock::Host for AlkCtxView<'_> {
         timeout_ms: u64,
     ) -> Result<Option<Resource<Lock>>, CallError> {
         let slot = self.ctx.slot("lock")?;
-        let clock = self.ctx.clock();
-        let now = move || clock.now_ms();
-        let store = self.ctx.lock_store().await?;
+        let now = self.ctx.clock_fn();
+        let store = self.ctx.locks().await?;
         match store
-            .lock_wait(&name, &owner, ttl_ms, &now, crate::deadline_in(timeout_ms))
+            .lock_wait(&name, &owner, ttl_ms, &now, wait_deadline(timeout_ms))
             .await?
         {
             Some(acquired) => Ok(Some(self.table.push(Lock {
@@ -61,7 +61,7 @@ impl lock::Host for AlkCtxView<'_> {
 
     async fn holder(&mut self, name: String) -> Result<Option<HolderInfo>, CallError> {
         let now = self.ctx.now();
-        let holder = self.ctx.lock_store().await?.holder(&name, now).await?;
+        let holder = self.ctx.locks().await?.holder(&name, now).await?;
         Ok(holder.map(|h| HolderInfo {
             owner: h.owner,
             expires_at: h.expires_at.max(0) as u64,
@@ -85,7 +85,7 @@ impl lock::HostLock for AlkCtxView<'_> {
 
     async fn renew(&mut self, l: Resource<Lock>, ttl_ms: u64) -> Result<bool, CallError> {
         let now = self.ctx.now();
-        let store = self.ctx.lock_store().await?;
+        let store = self.ctx.locks().await?;
         Ok(store
             .renew(&self.table.get(&l)?.acquired, ttl_ms, now)
             .await?)
@@ -93,7 +93,7 @@ impl lock::HostLock for AlkCtxView<'_> {
 
     async fn release(&mut self, l: Resource<Lock>) -> Result<bool, CallError> {
         let now = self.ctx.now();
-        let store = self.ctx.lock_store().await?;
+        let store = self.ctx.locks().await?;
         Ok(store.release(&self.table.get(&l)?.acquired, now).await?)
     }
 
@@ -103,8 +103,12 @@ impl lock::HostLock for AlkCtxView<'_> {
         // the lock. A failure to release is not the guest's problem: the
         // lock then expires at its deadline.
         let now = self.ctx.now();
-        if let Ok(store) = self.ctx.lock_store().await {
-            let _ = store.release(&lock.acquired, now).await;
+        let released = match self.ctx.locks().await {
+            Ok(store) => store.release(&lock.acquired, now).await.map(|_| ()),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = released {
+            tracing::warn!(target: "alk", lock = %lock.acquired.name, "a dropped lock handle was not released, the lock expires at its deadline: {e}");
         }
         Ok(())
     }

@@ -1,21 +1,18 @@
-//! Host glue of the `queue` interface: checks and translates, then calls
-//! [`crate::store::queue`]. No SQL here.
+//! Host glue of the `queue` interface: translates, then calls
+//! [`alk_store::queue::Queue`], which checks, waits and asks the engine.
 
-use std::sync::Arc;
-
+use alk_store::queue::{self as store, Queue as Store};
 use wasmtime::component::Resource;
 use wasmtime_wasi::p2::{DynPollable, Pollable, subscribe};
 
 use crate::bindings::alk::store::queue::{self, AckOutcome, Message, Payload};
-use crate::ctx::{AlkCtxView, Clock, Slot};
+use crate::ctx::{AlkCtxView, Slot};
 use crate::error::CallError;
-use crate::store::queue::{self as store, QueueStore};
 
 /// An open queue, as held in the instance's resource table.
 #[derive(Debug)]
 pub struct Queue {
-    name: String,
-    store: QueueStore,
+    store: Store,
     _slot: Slot,
 }
 
@@ -43,34 +40,28 @@ fn message(d: store::Delivery) -> Message {
 
 /// Ready when a message of the queue may be receivable.
 struct QueueReady {
-    store: QueueStore,
-    clock: Arc<dyn Clock>,
+    store: Store,
+    clock: Box<dyn Fn() -> i64 + Send + Sync>,
     _slot: Slot,
 }
 
 #[wasmtime_wasi::async_trait]
 impl Pollable for QueueReady {
     async fn ready(&mut self) {
-        let clock = self.clock.clone();
-        let now = move || clock.now_ms();
         // An error makes the pollable ready: the guest's next call reports it.
-        let _ = self.store.wait_due(&now, None).await;
+        let _ = self.store.wait_due(&*self.clock, None).await;
     }
 }
 
 impl queue::HostQueue for AlkCtxView<'_> {
     async fn open(&mut self, name: String) -> Result<Resource<Queue>, CallError> {
         let slot = self.ctx.slot("queue")?;
-        let store = QueueStore::open(&self.ctx.data_dir, &name, self.ctx.store_options()).await?;
-        Ok(self.table.push(Queue {
-            name,
-            store,
-            _slot: slot,
-        })?)
+        let store = Store::open(&*self.ctx.engine, &name).await?;
+        Ok(self.table.push(Queue { store, _slot: slot })?)
     }
 
     async fn name(&mut self, q: Resource<Queue>) -> wasmtime::Result<String> {
-        Ok(self.table.get(&q)?.name.clone())
+        Ok(self.table.get(&q)?.store.name().to_string())
     }
 
     async fn send(&mut self, q: Resource<Queue>, payload: Payload) -> Result<u64, CallError> {
@@ -132,11 +123,11 @@ impl queue::HostQueue for AlkCtxView<'_> {
         visibility_ms: Option<u64>,
         timeout_ms: u64,
     ) -> Result<Vec<Message>, CallError> {
-        let clock = self.ctx.clock();
-        let now = move || clock.now_ms();
+        let now = self.ctx.clock_fn();
         let store = self.table.get(&q)?.store.clone();
+        let deadline = alk_store::time::wait_deadline(timeout_ms);
         let deliveries = store
-            .receive_wait(max, visibility_ms, &now, crate::deadline_in(timeout_ms))
+            .receive_wait(max, visibility_ms, &now, deadline)
             .await?;
         Ok(deliveries.into_iter().map(message).collect())
     }
@@ -144,7 +135,7 @@ impl queue::HostQueue for AlkCtxView<'_> {
     async fn subscribe(&mut self, q: Resource<Queue>) -> wasmtime::Result<Resource<DynPollable>> {
         let ready = QueueReady {
             store: self.table.get(&q)?.store.clone(),
-            clock: self.ctx.clock(),
+            clock: Box::new(self.ctx.clock_fn()),
             _slot: self.ctx.slot("pollable")?,
         };
         let ready = self.table.push(ready)?;

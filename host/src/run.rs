@@ -278,7 +278,10 @@ impl std::error::Error for TimedOut {}
 
 fn describe_trap(e: &wasmtime::Error, opts: &RunOptions) -> String {
     let timed_out = e.downcast_ref::<TimedOut>().is_some()
-        || matches!(e.downcast_ref::<wasmtime::Trap>(), Some(wasmtime::Trap::Interrupt));
+        || matches!(
+            e.downcast_ref::<wasmtime::Trap>(),
+            Some(wasmtime::Trap::Interrupt)
+        );
     match timed_out {
         true => format!(
             "the guest ran past its time limit of {:?} and was stopped",

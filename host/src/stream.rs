@@ -1,16 +1,20 @@
-//! Host glue of the `stream` interface: checks and translates, then calls
-//! [`crate::store::stream`]. No SQL here.
+//! Host glue of the `stream` interface: translates, then calls
+//! [`alk_store::stream::Streams`], which checks, waits, runs transactions
+//! and asks the engine.
 
 use std::sync::Arc;
 
 use wasmtime::component::Resource;
 use wasmtime_wasi::p2::{DynPollable, Pollable, subscribe};
 
+use alk_store::AlkError;
+use alk_store::names::{check_identifier, check_name};
+use alk_store::stream::{self as store, StreamTx, Streams};
+use alk_store::time::wait_deadline;
+
 use crate::bindings::alk::store::stream::{self, Event, NewEvent};
 use crate::ctx::{AlkCtxView, Slot};
-use crate::error::{AlkError, CallError};
-use crate::store::names::{check_identifier, check_name};
-use crate::store::stream::{self as store, StreamStore, StreamTx};
+use crate::error::CallError;
 
 /// A consumer's read position, as held in the instance's resource table.
 #[derive(Debug)]
@@ -45,7 +49,7 @@ fn event(e: store::Event) -> Event {
 
 /// Ready when the stream has events after a position.
 struct StreamReady {
-    store: StreamStore,
+    store: Streams,
     stream: String,
     position: u64,
     _slot: Slot,
@@ -70,9 +74,11 @@ impl AlkCtxView<'_> {
             return Ok(existing.clone());
         }
         if t.finished {
-            return Err(AlkError::InvalidArgument("the transaction is already finished".into()).into());
+            return Err(
+                AlkError::InvalidArgument("the transaction is already finished".into()).into(),
+            );
         }
-        let started = Arc::new(self.ctx.stream_store().await?.transaction());
+        let started = Arc::new(self.ctx.streams().await?.transaction());
         self.table.get_mut(tx)?.tx = Some(started.clone());
         Ok(started)
     }
@@ -83,7 +89,7 @@ impl stream::Host for AlkCtxView<'_> {
         let now = self.ctx.now();
         Ok(self
             .ctx
-            .stream_store()
+            .streams()
             .await?
             .publish(&stream, None, &payload, now)
             .await?)
@@ -98,7 +104,7 @@ impl stream::Host for AlkCtxView<'_> {
         let now = self.ctx.now();
         Ok(self
             .ctx
-            .stream_store()
+            .streams()
             .await?
             .publish(&stream, Some(&key), &payload, now)
             .await?)
@@ -114,7 +120,7 @@ impl stream::Host for AlkCtxView<'_> {
             events.into_iter().map(|e| (e.key, e.payload)).collect();
         Ok(self
             .ctx
-            .stream_store()
+            .streams()
             .await?
             .publish_batch(&stream, &events, now)
             .await?)
@@ -128,7 +134,7 @@ impl stream::Host for AlkCtxView<'_> {
     ) -> Result<Vec<Event>, CallError> {
         let events = self
             .ctx
-            .stream_store()
+            .streams()
             .await?
             .read_since(&stream, offset, limit)
             .await?;
@@ -143,7 +149,7 @@ impl stream::Host for AlkCtxView<'_> {
     ) -> Result<(), CallError> {
         Ok(self
             .ctx
-            .stream_store()
+            .streams()
             .await?
             .save_offset(&stream, &consumer, offset)
             .await?)
@@ -156,19 +162,14 @@ impl stream::Host for AlkCtxView<'_> {
     ) -> Result<Option<u64>, CallError> {
         Ok(self
             .ctx
-            .stream_store()
+            .streams()
             .await?
             .get_offset(&stream, &consumer)
             .await?)
     }
 
     async fn trim_to(&mut self, stream: String, horizon: u64) -> Result<u64, CallError> {
-        Ok(self
-            .ctx
-            .stream_store()
-            .await?
-            .trim_to(&stream, horizon)
-            .await?)
+        Ok(self.ctx.streams().await?.trim_to(&stream, horizon).await?)
     }
 
     async fn subscribe(
@@ -181,7 +182,7 @@ impl stream::Host for AlkCtxView<'_> {
         let slot = self.ctx.slot("subscription")?;
         let saved = self
             .ctx
-            .stream_store()
+            .streams()
             .await?
             .get_offset(&stream, &consumer)
             .await?;
@@ -200,7 +201,7 @@ impl stream::HostSubscription for AlkCtxView<'_> {
         sub: Resource<Subscription>,
         max: u32,
     ) -> Result<Vec<Event>, CallError> {
-        let store = self.ctx.stream_store().await?;
+        let store = self.ctx.streams().await?;
         let s = self.table.get(&sub)?;
         let events = store.read_since(&s.stream, s.position, max).await?;
         if let Some(last) = events.last() {
@@ -215,15 +216,10 @@ impl stream::HostSubscription for AlkCtxView<'_> {
         max: u32,
         timeout_ms: u64,
     ) -> Result<Vec<Event>, CallError> {
-        let store = self.ctx.stream_store().await?;
+        let store = self.ctx.streams().await?;
         let s = self.table.get(&sub)?;
         let events = store
-            .read_wait(
-                &s.stream,
-                s.position,
-                max,
-                Some(crate::deadline_in(timeout_ms)),
-            )
+            .read_wait(&s.stream, s.position, max, Some(wait_deadline(timeout_ms)))
             .await?
             .unwrap_or_default();
         if let Some(last) = events.last() {
@@ -237,7 +233,7 @@ impl stream::HostSubscription for AlkCtxView<'_> {
         sub: Resource<Subscription>,
     ) -> wasmtime::Result<Resource<DynPollable>> {
         // The store is open: the subscription was made through it.
-        let store = self.ctx.stream_store().await?;
+        let store = self.ctx.streams().await?;
         let s = self.table.get(&sub)?;
         let ready = StreamReady {
             store,
@@ -254,7 +250,7 @@ impl stream::HostSubscription for AlkCtxView<'_> {
     }
 
     async fn save(&mut self, sub: Resource<Subscription>) -> Result<(), CallError> {
-        let store = self.ctx.stream_store().await?;
+        let store = self.ctx.streams().await?;
         let s = self.table.get(&sub)?;
         Ok(store
             .save_offset(&s.stream, &s.consumer, s.position)

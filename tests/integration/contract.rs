@@ -1,4 +1,13 @@
-//! Contract guests, in every language, through the library and the CLI.
+//! Contract guests, by interface and language, through the library and the
+//! CLI; and the check that every guest the project builds is run by a test.
+//!
+//! `guest/contract/<interface>/README.md` holds the interface's case list
+//! (the first column of its table); `guest/contract/<interface>/<language>/`
+//! holds one guest per language. Each test runs one guest and compares the
+//! set of case names it printed with the list.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
 
 use crate::common::*;
 
@@ -19,127 +28,227 @@ fn passed_cases(stdout: &str, stderr: &str, code: i32, who: &str) -> Vec<String>
     cases
 }
 
-fn lib(name: &str) -> Vec<String> {
-    let dir = tempfile::tempdir().unwrap();
-    let out = run_lib(name, ctx(dir.path()), &[]);
-    passed_cases(
-        &text(&out.stdout),
-        &text(&out.stderr),
-        out.exit_code(),
-        name,
-    )
+fn contract_dir() -> PathBuf {
+    root().join("guest/contract")
 }
 
-fn cli(name: &str, capability: &str) -> Vec<String> {
-    let dir = tempfile::tempdir().unwrap();
-    let out = run_cli(name, dir.path(), &[], &[]);
-    let cases = passed_cases(
-        &text(&out.stdout),
-        &text(&out.stderr),
-        out.status.code().unwrap_or(-1),
-        name,
-    );
-    // The CLI run left a real store behind.
-    assert!(
-        std::fs::read_dir(dir.path().join(capability))
-            .unwrap()
-            .count()
-            > 0
-    );
+/// The case list of `interface`: the first column of its README's table.
+fn case_list(interface: &str) -> BTreeSet<String> {
+    let readme = contract_dir().join(interface).join("README.md");
+    let text =
+        std::fs::read_to_string(&readme).unwrap_or_else(|e| panic!("{}: {e}", readme.display()));
+    let cases: BTreeSet<String> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("| "))
+        .filter_map(|l| l.split(" |").next())
+        .map(str::trim)
+        .filter(|c| *c != "case" && !c.is_empty() && !c.starts_with('-'))
+        .map(str::to_string)
+        .collect();
+    assert!(!cases.is_empty(), "{} lists no cases", readme.display());
     cases
 }
 
-/// Every rule of the kv contract is a case; this list is the contract.
-const KV_CASES: usize = 32;
-
-#[test]
-fn kv_contract_rust_through_library() {
-    assert_eq!(lib("kv-contract").len(), KV_CASES);
+/// The guest built from `guest/contract/<interface>/<language>`.
+fn guest_name(interface: &str, language: &str) -> String {
+    match language {
+        "rust" => format!("{interface}-contract"),
+        "python" => format!("{interface}-contract-py"),
+        other => panic!("no build recipe for {other} contract guests"),
+    }
 }
 
-#[test]
-fn kv_contract_rust_through_cli() {
-    assert_eq!(cli("kv-contract", "kv").len(), KV_CASES);
+/// Asserts that `printed` is exactly the case list, naming the difference.
+fn assert_cases(interface: &str, who: &str, printed: Vec<String>) {
+    let list = case_list(interface);
+    let printed_set: BTreeSet<String> = printed.iter().cloned().collect();
+    assert_eq!(
+        printed.len(),
+        printed_set.len(),
+        "{who} printed a case twice"
+    );
+    let missing: Vec<_> = list.difference(&printed_set).collect();
+    let unlisted: Vec<_> = printed_set.difference(&list).collect();
+    assert!(
+        missing.is_empty() && unlisted.is_empty(),
+        "{who}: cases of guest/contract/{interface}/README.md it did not run: {missing:?}; cases it ran that the list lacks: {unlisted:?}"
+    );
 }
 
-#[test]
-fn kv_contract_python_through_library() {
-    assert_eq!(lib("kv-contract-py").len(), KV_CASES);
+/// Runs the contract guest of `interface` in `language` through the library.
+fn through_library(interface: &str, language: &str) {
+    let name = guest_name(interface, language);
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_lib(&name, ctx(dir.path()), &[]);
+    let printed = passed_cases(
+        &text(&out.stdout),
+        &text(&out.stderr),
+        out.exit_code(),
+        &name,
+    );
+    assert_cases(interface, &name, printed);
 }
 
-#[test]
-fn kv_contract_python_through_cli() {
-    assert_eq!(cli("kv-contract-py", "kv").len(), KV_CASES);
+/// Runs the contract guest of `interface` in `language` through the CLI;
+/// the run leaves a real store (or wake file) behind in `store_dir`.
+fn through_cli(interface: &str, language: &str, store_dir: &str) {
+    let name = guest_name(interface, language);
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_cli(&name, dir.path(), &[], &[]);
+    let printed = passed_cases(
+        &text(&out.stdout),
+        &text(&out.stderr),
+        out.status.code().unwrap_or(-1),
+        &name,
+    );
+    assert_cases(interface, &name, printed);
+    assert!(
+        std::fs::read_dir(dir.path().join(store_dir))
+            .unwrap()
+            .count()
+            > 0,
+        "{name} left nothing in {store_dir}/"
+    );
 }
 
-#[test]
-fn kv_contract_is_the_same_in_every_language() {
-    assert_eq!(lib("kv-contract"), lib("kv-contract-py"));
+/// One test per (interface, language, way in); the list the folder check
+/// below compares with what is on disk.
+macro_rules! contracts {
+    ($( $iface:literal $lang:literal $store:literal => $lib:ident, $cli:ident; )*) => {
+        $(
+            #[test]
+            fn $lib() {
+                through_library($iface, $lang);
+            }
+
+            #[test]
+            fn $cli() {
+                through_cli($iface, $lang, $store);
+            }
+        )*
+
+        const TESTED: &[(&str, &str)] = &[$(($iface, $lang)),*];
+    };
 }
 
-/// Every rule of the queue contract is a case.
-const QUEUE_CASES: usize = 29;
-
-#[test]
-fn queue_contract_rust_through_library() {
-    assert_eq!(lib("queue-contract").len(), QUEUE_CASES);
+contracts! {
+    "kv" "rust" "kv" => kv_rust_through_library, kv_rust_through_cli;
+    "kv" "python" "kv" => kv_python_through_library, kv_python_through_cli;
+    "queue" "rust" "queue" => queue_rust_through_library, queue_rust_through_cli;
+    "queue" "python" "queue" => queue_python_through_library, queue_python_through_cli;
+    "stream" "rust" "stream" => stream_rust_through_library, stream_rust_through_cli;
+    "lock" "rust" "lock" => lock_rust_through_library, lock_rust_through_cli;
+    "notify" "rust" "wake" => notify_rust_through_library, notify_rust_through_cli;
 }
 
+/// Every guest folder under `guest/contract` has its tests above, and
+/// every test above has its folder.
 #[test]
-fn queue_contract_rust_through_cli() {
-    assert_eq!(cli("queue-contract", "queue").len(), QUEUE_CASES);
+fn every_contract_guest_is_tested() {
+    let mut on_disk = BTreeSet::new();
+    for iface in std::fs::read_dir(contract_dir()).unwrap() {
+        let iface = iface.unwrap().path();
+        if !iface.is_dir() {
+            continue;
+        }
+        let name = iface.file_name().unwrap().to_string_lossy().into_owned();
+        case_list(&name);
+        for lang in std::fs::read_dir(&iface).unwrap() {
+            let lang = lang.unwrap().path();
+            if lang.is_dir() {
+                on_disk.insert((
+                    name.clone(),
+                    lang.file_name().unwrap().to_string_lossy().into_owned(),
+                ));
+            }
+        }
+    }
+    let tested: BTreeSet<(String, String)> = TESTED
+        .iter()
+        .map(|(i, l)| (i.to_string(), l.to_string()))
+        .collect();
+    let untested: Vec<_> = on_disk.difference(&tested).collect();
+    let gone: Vec<_> = tested.difference(&on_disk).collect();
+    assert!(
+        untested.is_empty(),
+        "contract guests no test runs (add them to `contracts!` in tests/integration/contract.rs): {untested:?}"
+    );
+    assert!(
+        gone.is_empty(),
+        "tests of contract guests that do not exist: {gone:?}"
+    );
 }
 
-#[test]
-fn queue_contract_python_through_library() {
-    assert_eq!(lib("queue-contract-py").len(), QUEUE_CASES);
+/// The guests of `guest/` (Rust crates with a `main`, Python folders with
+/// an `app.py`) as built names.
+fn other_guests() -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for entry in std::fs::read_dir(root().join("guest")).unwrap() {
+        let dir = entry.unwrap().path();
+        if dir.join("src/main.rs").exists() {
+            let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap();
+            let name = manifest
+                .lines()
+                .find_map(|l| l.trim().strip_prefix("name = "))
+                .expect("a package name")
+                .trim_matches('"')
+                .to_string();
+            names.insert(name);
+        }
+    }
+    for entry in std::fs::read_dir(root().join("guest/python")).unwrap() {
+        let dir = entry.unwrap().path();
+        if dir.join("app.py").exists() {
+            names.insert(format!("{}-py", dir.file_name().unwrap().to_string_lossy()));
+        }
+    }
+    names
 }
 
+/// Every other guest is named by some integration test: a guest that no
+/// test runs is a failure, not dead weight.
 #[test]
-fn queue_contract_python_through_cli() {
-    assert_eq!(cli("queue-contract-py", "queue").len(), QUEUE_CASES);
+fn every_guest_is_run_by_a_test() {
+    let mut sources = String::new();
+    for dir in ["tests/integration", "tests/shared"] {
+        for entry in std::fs::read_dir(root().join(dir)).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "rs") {
+                sources.push_str(&std::fs::read_to_string(&path).unwrap());
+            }
+        }
+    }
+    let unrun: Vec<String> = other_guests()
+        .into_iter()
+        .filter(|g| !sources.contains(&format!("\"{g}\"")))
+        .collect();
+    assert!(
+        unrun.is_empty(),
+        "guests that no test runs: {unrun:?}; run each from a test under tests/integration"
+    );
 }
 
+/// The guests only the benchmarks use still run: the start-up baselines
+/// print `ready`, and `bench-guest` runs a few of each kind of operation.
 #[test]
-fn queue_contract_is_the_same_in_every_language() {
-    assert_eq!(lib("queue-contract"), lib("queue-contract-py"));
-}
-
-/// Every rule of the stream contract is a case.
-const STREAM_CASES: usize = 28;
-
-#[test]
-fn stream_contract_through_library() {
-    assert_eq!(lib("stream-contract").len(), STREAM_CASES);
-}
-
-#[test]
-fn stream_contract_through_cli() {
-    assert_eq!(cli("stream-contract", "stream").len(), STREAM_CASES);
-}
-
-/// Every rule of the lock contract is a case.
-const LOCK_CASES: usize = 18;
-
-#[test]
-fn lock_contract_through_library() {
-    assert_eq!(lib("lock-contract").len(), LOCK_CASES);
-}
-
-#[test]
-fn lock_contract_through_cli() {
-    assert_eq!(cli("lock-contract", "lock").len(), LOCK_CASES);
-}
-
-/// Every rule of the notify contract is a case.
-const NOTIFY_CASES: usize = 10;
-
-#[test]
-fn notify_contract_through_library() {
-    assert_eq!(lib("notify-contract").len(), NOTIFY_CASES);
-}
-
-#[test]
-fn notify_contract_through_cli() {
-    assert_eq!(cli("notify-contract", "wake").len(), NOTIFY_CASES);
+fn benchmark_guests_run() {
+    for name in ["startup", "startup-py"] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = run_lib(name, ctx(dir.path()), &[]);
+        assert_eq!(out.exit_code(), 0, "{name}: {}", text(&out.stderr));
+        assert_eq!(text(&out.stdout).trim(), "ready", "{name}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for op in ["kv-set", "queue-claim-8-40", "stream-publish", "lock-cycle"] {
+        let out = run_lib("bench-guest", ctx(dir.path()), &[op, "16", "t"]);
+        assert_eq!(
+            out.exit_code(),
+            0,
+            "bench-guest {op}: {}",
+            text(&out.stderr)
+        );
+        let line = text(&out.stdout);
+        let count: Vec<&str> = line.split_whitespace().take(2).collect();
+        assert_eq!(count, ["ops", "16"], "bench-guest {op}: {line}");
+    }
 }

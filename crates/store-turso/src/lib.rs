@@ -1,0 +1,195 @@
+//! `alk-store-turso`: alk's file engine.
+//!
+//! Stores are [turso](https://crates.io/crates/turso) database files in
+//! multi-process WAL mode under one data directory, so several host
+//! processes share them safely:
+//!
+//! - `kv/<bucket>/localkv.sqlite` — [`kv`], format `localkv.v1`;
+//! - `queue/<name>/localqueue.sqlite` — [`queue`], format `localqueue.v1`;
+//! - `stream/localstream.sqlite` — [`stream`], format `localstream.v1`;
+//! - `lock/locallock.sqlite` — [`lock`], format `locallock.v1`;
+//! - `wake/` — the files that carry wakes between processes
+//!   ([`wake_file`]).
+//!
+//! Each format is pinned by its document in `docs/formats/`: a test checks
+//! that the document carries the same DDL and statements as the code. Every
+//! file is opened by [`open`] and only by it; writers pass the write gate
+//! (the `gate` module); operations are retried and contained by the `retry` module.
+
+#![deny(missing_docs)]
+
+mod gate;
+pub mod inspect;
+pub mod kv;
+pub mod lock;
+pub mod open;
+pub mod queue;
+mod retry;
+pub mod stream;
+pub mod wake_file;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use alk_store::kv::KvEngine;
+use alk_store::lock::LockEngine;
+use alk_store::queue::QueueEngine;
+use alk_store::stream::StreamEngine;
+use alk_store::wake::Wakes;
+use alk_store::{AlkError, AlkResult, Engine};
+use async_trait::async_trait;
+
+pub use open::{Durability, Format, Store, StoreOptions, open_store};
+pub use retry::RetryPolicy;
+
+/// The file engine on one data directory.
+pub struct TursoEngine {
+    data_dir: PathBuf,
+    options: StoreOptions,
+    streams: tokio::sync::OnceCell<Arc<stream::StreamStore>>,
+    locks: tokio::sync::OnceCell<Arc<lock::LockStore>>,
+}
+
+impl std::fmt::Debug for TursoEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TursoEngine")
+            .field("data_dir", &self.data_dir)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TursoEngine {
+    /// The engine on `data_dir` (created on first use of a store, not
+    /// before).
+    pub fn new(data_dir: impl Into<PathBuf>, options: impl Into<StoreOptions>) -> TursoEngine {
+        TursoEngine {
+            data_dir: data_dir.into(),
+            options: options.into(),
+            streams: Default::default(),
+            locks: Default::default(),
+        }
+    }
+
+    /// The data directory.
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+}
+
+#[async_trait]
+impl Engine for TursoEngine {
+    async fn bucket(&self, name: &str) -> AlkResult<Arc<dyn KvEngine>> {
+        Ok(Arc::new(
+            kv::KvStore::open(&self.data_dir, name, self.options).await?,
+        ))
+    }
+
+    async fn queue(&self, name: &str) -> AlkResult<Arc<dyn QueueEngine>> {
+        Ok(Arc::new(
+            queue::QueueStore::open(&self.data_dir, name, self.options).await?,
+        ))
+    }
+
+    async fn streams(&self) -> AlkResult<Arc<dyn StreamEngine>> {
+        let s = self
+            .streams
+            .get_or_try_init(|| async {
+                Ok::<_, AlkError>(Arc::new(
+                    stream::StreamStore::open(&self.data_dir, self.options).await?,
+                ))
+            })
+            .await?;
+        Ok(s.clone())
+    }
+
+    async fn locks(&self) -> AlkResult<Arc<dyn LockEngine>> {
+        let l = self
+            .locks
+            .get_or_try_init(|| async {
+                Ok::<_, AlkError>(Arc::new(
+                    lock::LockStore::open(&self.data_dir, self.options).await?,
+                ))
+            })
+            .await?;
+        Ok(l.clone())
+    }
+
+    fn wakes(&self) -> AlkResult<Wakes> {
+        wake_file::wakes_of(&self.data_dir)
+    }
+
+    fn describe(&self) -> String {
+        format!("data directory {}", self.data_dir.display())
+    }
+}
+
+/// Asserts that a format document carries each `(name, sql)` verbatim
+/// (whitespace aside): the document and the code pin the same format.
+#[cfg(test)]
+pub(crate) fn assert_document_pins(doc_name: &str, doc: &str, statements: &[(&str, &str)]) {
+    let squash = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+    let doc = squash(doc);
+    for (name, sql) in statements {
+        assert!(
+            doc.contains(&squash(sql)),
+            "{name} differs from docs/formats/{doc_name}"
+        );
+    }
+}
+
+/// Runs `sql` on `store` as one write, bypassing the format's rules: how
+/// tests make a row the format does not allow.
+#[cfg(test)]
+pub(crate) async fn write_sql(store: &open::Store, sql: &str) {
+    store
+        .run_write(|conn: turso::Connection| {
+            let sql = sql.to_string();
+            Box::pin(async move {
+                retry::exec(&conn, &sql, ()).await?;
+                Ok(())
+            })
+        })
+        .await
+        .unwrap();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alk_store::KvLimits;
+    use alk_store::kv::Bucket;
+    use alk_store::queue::Queue;
+
+    #[tokio::test]
+    async fn bad_names_are_refused_before_any_file_is_created() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = TursoEngine::new(dir.path().join("data"), RetryPolicy::default());
+        for bad in ["..", "a/b", "__alkstore_x", "", "a\0b"] {
+            assert!(matches!(
+                Bucket::open(&engine, bad, KvLimits::default()).await,
+                Err(AlkError::InvalidName(_) | AlkError::ReservedName(_))
+            ));
+            assert!(matches!(
+                Queue::open(&engine, bad).await,
+                Err(AlkError::InvalidName(_) | AlkError::ReservedName(_))
+            ));
+        }
+        assert!(!dir.path().join("data").exists());
+    }
+}
+
+#[cfg(test)]
+mod conformance {
+    use super::*;
+    use alk_store::conformance::Subject;
+
+    async fn make() -> Subject {
+        let dir = tempfile::tempdir().unwrap();
+        Subject {
+            engine: Arc::new(TursoEngine::new(dir.path(), RetryPolicy::default())),
+            keep: Box::new(dir),
+        }
+    }
+
+    alk_store::conformance_tests!(make);
+}

@@ -1,0 +1,191 @@
+//! `locallock.v1`: named locks with a TTL and fencing tokens, and the only
+//! implementation of that format.
+//!
+//! One file holds every lock of a data directory:
+//! `<data-dir>/lock/locallock.sqlite`. The schema and every statement are
+//! defined here, once, and pinned by `docs/formats/locallock.v1.md`.
+
+use std::path::{Path, PathBuf};
+
+use alk_store::lock::{Acquired, Holder, LockEngine};
+use alk_store::{AlkError, AlkResult};
+use async_trait::async_trait;
+use turso::{Connection, Value};
+
+use crate::open::{Format, Store, StoreOptions, open_store};
+use crate::retry::{Failure, exec, query};
+
+/// The DDL of `locallock.v1`, run (idempotently) on every open.
+pub const DDL: &str = "\
+CREATE TABLE IF NOT EXISTS meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+INSERT OR IGNORE INTO meta (key, value) VALUES ('format', 'locallock.v1');
+CREATE TABLE IF NOT EXISTS locks (
+    name        TEXT PRIMARY KEY,
+    owner       TEXT,             -- current holder; NULL once released
+    token       INTEGER NOT NULL, -- fencing token of the latest acquisition; only grows
+    acquired_at INTEGER NOT NULL, -- unix epoch MILLISECONDS of the latest acquisition
+    expires_at  INTEGER           -- unix epoch MILLISECONDS; NULL once released
+);
+";
+
+/// The `locallock.v1` format.
+pub static FORMAT: Format = Format {
+    marker: "locallock.v1",
+    ddl: DDL,
+};
+
+/// Acquires a lock that is new, released or expired, in one statement; a
+/// returned row means acquired, with its token.
+pub const ACQUIRE: &str = "INSERT INTO locks (name, owner, token, acquired_at, expires_at) VALUES (?1, ?2, 1, ?3, ?4) \
+ON CONFLICT(name) DO UPDATE SET owner = ?2, token = locks.token + 1, acquired_at = ?3, expires_at = ?4 \
+WHERE locks.owner IS NULL OR locks.expires_at <= ?3 \
+RETURNING token";
+/// Moves the deadline of a live acquisition.
+pub const RENEW: &str = "UPDATE locks SET expires_at = ?4 \
+WHERE name = ?1 AND owner = ?2 AND token = ?3 AND expires_at > ?5";
+/// Releases a live acquisition.
+pub const RELEASE: &str = "UPDATE locks SET owner = NULL, expires_at = NULL \
+WHERE name = ?1 AND owner = ?2 AND token = ?3 AND expires_at > ?4";
+/// The live holder of a lock.
+pub const HOLDER: &str = "SELECT owner, expires_at, token FROM locks \
+WHERE name = ?1 AND owner IS NOT NULL AND expires_at > ?2";
+
+/// The lock store of a data directory.
+#[derive(Debug, Clone)]
+pub struct LockStore {
+    store: Store,
+}
+
+/// The lock store file under `data_dir`.
+pub fn lock_path(data_dir: &Path) -> PathBuf {
+    data_dir.join("lock").join("locallock.sqlite")
+}
+
+impl LockStore {
+    /// Opens (creating on first use) the lock store under `data_dir`.
+    pub async fn open(data_dir: &Path, options: impl Into<StoreOptions>) -> AlkResult<Self> {
+        let store = open_store(&lock_path(data_dir), &FORMAT, options).await?;
+        Ok(LockStore { store })
+    }
+
+    /// The store file.
+    pub fn path(&self) -> &Path {
+        self.store.path()
+    }
+}
+
+#[async_trait]
+impl LockEngine for LockStore {
+    async fn acquire(
+        &self,
+        name: &str,
+        owner: &str,
+        now: i64,
+        expires_at: i64,
+    ) -> AlkResult<Option<u64>> {
+        self.store
+            .run_write(|conn: Connection| {
+                Box::pin(async move {
+                    let mut rows = query(&conn, ACQUIRE, (name, owner, now, expires_at)).await?;
+                    let mut token = None;
+                    while let Some(row) = rows.next().await? {
+                        token = Some(row.get::<i64>(0)? as u64);
+                    }
+                    Ok(token)
+                })
+            })
+            .await
+    }
+
+    async fn renew(&self, lock: &Acquired, expires_at: i64, now: i64) -> AlkResult<bool> {
+        let token = lock.token as i64;
+        let (name, owner) = (lock.name.as_str(), lock.owner.as_str());
+        self.store
+            .run_write(|conn: Connection| {
+                Box::pin(async move {
+                    Ok(exec(&conn, RENEW, (name, owner, token, expires_at, now)).await? == 1)
+                })
+            })
+            .await
+    }
+
+    async fn release(&self, lock: &Acquired, now: i64) -> AlkResult<bool> {
+        let token = lock.token as i64;
+        let (name, owner) = (lock.name.as_str(), lock.owner.as_str());
+        self.store
+            .run_write(|conn: Connection| {
+                Box::pin(
+                    async move { Ok(exec(&conn, RELEASE, (name, owner, token, now)).await? == 1) },
+                )
+            })
+            .await
+    }
+
+    async fn holder(&self, name: &str, now: i64) -> AlkResult<Option<Holder>> {
+        let path = self.store.path();
+        self.store
+            .run(|conn: Connection| {
+                Box::pin(async move {
+                    let mut rows = query(&conn, HOLDER, (name, now)).await?;
+                    let mut found = None;
+                    while let Some(row) = rows.next().await? {
+                        let owner = match row.get_value(0)? {
+                            Value::Text(o) => o,
+                            other => {
+                                return Err(Failure::Alk(AlkError::Internal(format!(
+                                    "{}: lock {name:?} has {other:?} as its owner; the store is corrupt",
+                                    path.display()
+                                ))));
+                            }
+                        };
+                        found = Some(Holder {
+                            owner,
+                            expires_at: row.get::<i64>(1)?,
+                            token: row.get::<i64>(2)? as u64,
+                        });
+                    }
+                    Ok(found)
+                })
+            })
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DOC: &str = include_str!("../../../docs/formats/locallock.v1.md");
+
+    #[tokio::test]
+    async fn a_row_that_breaks_the_format_is_an_internal_error_naming_the_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = LockStore::open(dir.path(), crate::RetryPolicy::default())
+            .await
+            .unwrap();
+        l.acquire("a", "me", 0, 1_000).await.unwrap().unwrap();
+        crate::write_sql(&l.store, "UPDATE locks SET token = 'x'").await;
+        match l.holder("a", 0).await {
+            Err(AlkError::Internal(m)) => assert!(m.contains("locallock.sqlite"), "{m}"),
+            other => panic!("expected internal, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_format_document_pins_the_ddl_and_every_statement() {
+        crate::assert_document_pins(
+            "locallock.v1.md",
+            DOC,
+            &[
+                ("DDL", DDL),
+                ("ACQUIRE", ACQUIRE),
+                ("RENEW", RENEW),
+                ("RELEASE", RELEASE),
+                ("HOLDER", HOLDER),
+            ],
+        );
+    }
+}

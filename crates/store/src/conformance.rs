@@ -1,0 +1,568 @@
+//! The behaviour every engine must show, as a suite of cases any engine
+//! runs (`alk_store::conformance_tests!`), clock-driven: every time is a
+//! parameter, so expiry, visibility and leases are checked exactly and
+//! without sleeping. The guest contracts check the same through the WIT;
+//! these check it at the engine seam, per engine.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::engine::Engine;
+use crate::error::AlkError;
+use crate::kv::Bucket;
+use crate::limits::{KvLimits, MAX_READ_BYTES, StreamLimits};
+use crate::lock::{Acquired, Locks};
+use crate::notify::Channels;
+use crate::queue::{Payload, Queue, Settled};
+use crate::stream::Streams;
+
+/// An engine under test, and whatever must live as long as it (a
+/// temporary directory, a database schema).
+pub struct Subject {
+    /// The engine.
+    pub engine: Arc<dyn Engine>,
+    /// Kept alive for the test.
+    pub keep: Box<dyn std::any::Any + Send>,
+}
+
+/// Generates one `#[tokio::test]` per conformance case for the engine that
+/// `$make` (an `async fn() -> Subject`) builds.
+#[macro_export]
+macro_rules! conformance_tests {
+    ($make:path) => {
+        $crate::conformance_tests!(@cases $make;
+            kv_expiry_follows_the_clock,
+            kv_refuses_oversized_and_bad_input_before_writing,
+            kv_reads_of_many_large_values_come_in_pages,
+            kv_scans_in_byte_order_of_the_key,
+            kv_set_if_absent_has_exactly_one_winner,
+            queue_visibility_and_redelivery_follow_the_clock,
+            queue_claims_oldest_first_and_skips_in_flight,
+            queue_ack_batch_reports_each_receipt,
+            queue_receive_wait_wakes_on_a_send,
+            stream_offsets_survive_trim_and_saves_only_move_forward,
+            stream_transactions_commit_all_or_nothing,
+            stream_transactions_held_too_long_are_rolled_back,
+            lock_expiry_renewal_and_takeover_follow_the_clock,
+            lock_wait_is_granted_at_release,
+            notify_wakes_a_listener_attached_before,
+        );
+    };
+    (@cases $make:path; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let subject = $make().await;
+                $crate::conformance::$case(&*subject.engine).await;
+            }
+        )*
+    };
+}
+
+fn text(s: &str) -> Payload {
+    Payload::Text(s.into())
+}
+
+/// Expiry is decided by the given clock reading; `expires_at == now` is
+/// expired; a found expired key is deleted by a read.
+pub async fn kv_expiry_follows_the_clock(engine: &dyn Engine) {
+    let kv = Bucket::open(engine, "expiry", KvLimits::default())
+        .await
+        .unwrap();
+    kv.set("k", b"v", Some(100), 1_000).await.unwrap();
+    assert_eq!(kv.get("k", 1_099).await.unwrap(), Some(b"v".to_vec()));
+    assert!(!kv.set_if_absent("k", b"w", None, 1_099).await.unwrap());
+    assert_eq!(
+        kv.scan_prefix("", None, 10, 1_099)
+            .await
+            .unwrap()
+            .entries
+            .len(),
+        1
+    );
+    assert_eq!(
+        kv.scan_prefix("", None, 10, 1_100)
+            .await
+            .unwrap()
+            .entries
+            .len(),
+        0
+    );
+    assert!(kv.set_if_absent("k", b"w", Some(50), 1_100).await.unwrap());
+    assert_eq!(kv.get("k", 1_149).await.unwrap(), Some(b"w".to_vec()));
+    assert!(!kv.exists("k", 1_150).await.unwrap());
+    // The lazy delete removed the row: an earlier clock cannot revive it.
+    assert_eq!(kv.get("k", 0).await.unwrap(), None);
+    // Bytes round-trip exactly, NUL included.
+    kv.set("nul", b"a\0b\xff", None, 0).await.unwrap();
+    assert_eq!(kv.get("nul", 0).await.unwrap(), Some(b"a\0b\xff".to_vec()));
+}
+
+/// Bad names, keys, TTLs, cursors and oversized values are refused with
+/// their typed errors and write nothing.
+pub async fn kv_refuses_oversized_and_bad_input_before_writing(engine: &dyn Engine) {
+    for bad in ["", "..", "a/b", "é"] {
+        assert!(matches!(
+            Bucket::open(engine, bad, KvLimits::default()).await,
+            Err(AlkError::InvalidName(_))
+        ));
+    }
+    assert!(matches!(
+        Bucket::open(engine, "__alkstore_x", KvLimits::default()).await,
+        Err(AlkError::ReservedName(_))
+    ));
+    let kv = Bucket::open(engine, "refusals", KvLimits::default())
+        .await
+        .unwrap();
+    let big = vec![0u8; KvLimits::default().max_value_bytes + 1];
+    assert!(matches!(
+        kv.set("k", &big, None, 0).await,
+        Err(AlkError::PayloadTooLarge { what: "value", .. })
+    ));
+    assert!(matches!(
+        kv.set("", b"v", None, 0).await,
+        Err(AlkError::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        kv.set("k\0", b"v", None, 0).await,
+        Err(AlkError::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        kv.set("k", b"v", Some(0), 0).await,
+        Err(AlkError::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        kv.set("k", b"v", Some(u64::MAX), 0).await,
+        Err(AlkError::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        kv.scan_prefix("", Some("01"), 10, 0).await,
+        Err(AlkError::InvalidArgument(_))
+    ));
+    // A batch with one bad entry writes nothing.
+    let entries = vec![
+        ("a".to_string(), b"1".to_vec()),
+        (String::new(), b"2".to_vec()),
+    ];
+    assert!(kv.set_many(&entries, None, 0).await.is_err());
+    assert_eq!(kv.get("a", 0).await.unwrap(), None);
+    assert_eq!(kv.get("k", 0).await.unwrap(), None);
+}
+
+/// `get-many` and `scan-prefix` stop at the read cap and continue.
+pub async fn kv_reads_of_many_large_values_come_in_pages(engine: &dyn Engine) {
+    let kv = Bucket::open(engine, "large", KvLimits::default())
+        .await
+        .unwrap();
+    let mib = vec![7u8; 1024 * 1024];
+    let keys: Vec<String> = (0..40).map(|i| format!("k{i:02}")).collect();
+    let entries: Vec<(String, Vec<u8>)> = keys.iter().map(|k| (k.clone(), mib.clone())).collect();
+    kv.set_many(&entries, None, 0).await.unwrap();
+    let cap = MAX_READ_BYTES / mib.len();
+    let first = kv.get_many(&keys, 0).await.unwrap();
+    assert_eq!(first.len(), cap);
+    assert!(first.iter().all(|v| v.as_deref() == Some(mib.as_slice())));
+    let (mut seen, mut cursor) = (Vec::new(), None::<String>);
+    loop {
+        let page = kv
+            .scan_prefix("k", cursor.as_deref(), 1000, 0)
+            .await
+            .unwrap();
+        assert!(!page.entries.is_empty() && page.entries.len() <= cap);
+        seen.extend(page.entries.into_iter().map(|(k, _)| k));
+        match page.next_cursor {
+            Some(c) => cursor = Some(c),
+            None => break,
+        }
+    }
+    assert_eq!(seen, keys);
+}
+
+/// Scans return keys in byte order of their UTF-8, whatever the engine's
+/// collation, and only keys with the prefix.
+pub async fn kv_scans_in_byte_order_of_the_key(engine: &dyn Engine) {
+    let kv = Bucket::open(engine, "order", KvLimits::default())
+        .await
+        .unwrap();
+    let keys = ["p/B", "p/a", "p/é", "p/Z", "p/", "p/_", "q/x", "p/ä", "o"];
+    for k in keys {
+        kv.set(k, k.as_bytes(), None, 0).await.unwrap();
+    }
+    let page = kv.scan_prefix("p/", None, 100, 0).await.unwrap();
+    let got: Vec<&str> = page.entries.iter().map(|(k, _)| k.as_str()).collect();
+    let mut want: Vec<&str> = keys
+        .iter()
+        .copied()
+        .filter(|k| k.starts_with("p/"))
+        .collect();
+    want.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+    assert_eq!(got, want);
+    // Paging with a limit gives the same sequence.
+    let p1 = kv.scan_prefix("p/", None, 3, 0).await.unwrap();
+    let p2 = kv
+        .scan_prefix("p/", p1.next_cursor.as_deref(), 100, 0)
+        .await
+        .unwrap();
+    let paged: Vec<String> = p1
+        .entries
+        .into_iter()
+        .chain(p2.entries)
+        .map(|(k, _)| k)
+        .collect();
+    assert_eq!(paged, want);
+}
+
+/// Of many callers racing on one key, exactly one wins.
+pub async fn kv_set_if_absent_has_exactly_one_winner(engine: &dyn Engine) {
+    let kv = Bucket::open(engine, "race", KvLimits::default())
+        .await
+        .unwrap();
+    let mut wins = 0;
+    for round in 0..20 {
+        let key = format!("k{round}");
+        let tries = (0..8).map(|i| {
+            let kv = kv.clone();
+            let key = key.clone();
+            async move { kv.set_if_absent(&key, &[i], None, 5).await.unwrap() }
+        });
+        let won = futures::future::join_all(tries).await;
+        assert_eq!(won.iter().filter(|w| **w).count(), 1, "round {round}");
+        wins += 1;
+    }
+    assert_eq!(wins, 20);
+}
+
+/// Visibility, redelivery, attempts, stale receipts and nack follow the
+/// given clock exactly.
+pub async fn queue_visibility_and_redelivery_follow_the_clock(engine: &dyn Engine) {
+    let q = Queue::open(engine, "visibility").await.unwrap();
+    q.send(&text("a"), 1_000).await.unwrap();
+    let first = q.receive(10, Some(500), 1_000).await.unwrap();
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].attempt, 1);
+    assert!(q.receive(10, Some(500), 1_499).await.unwrap().is_empty());
+    let second = q.receive(10, Some(500), 1_500).await.unwrap();
+    assert_eq!(second[0].attempt, 2);
+    assert_ne!(second[0].receipt, first[0].receipt);
+    assert!(matches!(
+        q.ack(&first[0].receipt).await,
+        Err(AlkError::StaleReceipt(_))
+    ));
+    q.nack(&second[0].receipt, 1_600).await.unwrap();
+    let third = q.receive(10, None, 1_600).await.unwrap();
+    assert_eq!(third[0].attempt, 3);
+    q.ack(&third[0].receipt).await.unwrap();
+    // Acknowledging twice, or something that is not a receipt, is harmless.
+    q.ack(&third[0].receipt).await.unwrap();
+    q.ack("not a receipt").await.unwrap();
+    assert!(q.receive(10, None, i64::MAX / 2).await.unwrap().is_empty());
+    // Payloads round-trip, JSON as written; bad input is refused.
+    q.send(&Payload::Json("{ \"a\" : 1e999 }".into()), 0)
+        .await
+        .unwrap();
+    let got = q.receive(1, None, 0).await.unwrap();
+    assert_eq!(got[0].payload, Payload::Json("{ \"a\" : 1e999 }".into()));
+    assert!(matches!(
+        q.send(&Payload::Json("{".into()), 0).await,
+        Err(AlkError::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        q.send(&text(&"x".repeat(65_537)), 0).await,
+        Err(AlkError::PayloadTooLarge { .. })
+    ));
+    assert!(matches!(
+        q.receive(1, Some(0), 0).await,
+        Err(AlkError::InvalidArgument(_))
+    ));
+}
+
+/// Claims take the oldest due messages first (send time, then id), skip
+/// messages in flight, and a redelivered message keeps its place.
+pub async fn queue_claims_oldest_first_and_skips_in_flight(engine: &dyn Engine) {
+    let q = Queue::open(engine, "order").await.unwrap();
+    for (t, at) in [("c", 30), ("a", 10), ("b", 10), ("d", 40)] {
+        q.send(&text(t), at).await.unwrap();
+    }
+    let first = q.receive(1, Some(1_000), 100).await.unwrap();
+    assert_eq!(first[0].payload, text("a"));
+    let rest = q.receive(10, Some(1_000), 100).await.unwrap();
+    let order: Vec<_> = rest.iter().map(|d| d.payload.clone()).collect();
+    assert_eq!(order, vec![text("b"), text("c"), text("d")]);
+    let again = q.receive(10, Some(1_000), 1_100).await.unwrap();
+    assert_eq!(again[0].payload, text("a"));
+    assert_eq!(again[0].attempt, 2);
+    // Ids only grow.
+    let ids: Vec<i64> = q.send_batch(&[text("x"), text("y")], 2_000).await.unwrap();
+    assert!(ids[0] < ids[1] && ids[0] > again.iter().map(|d| d.id).max().unwrap());
+    q.purge().await.unwrap();
+    assert!(q.receive(10, None, i64::MAX / 2).await.unwrap().is_empty());
+}
+
+/// `ack-batch` reports acked, stale and gone per receipt, applied together.
+pub async fn queue_ack_batch_reports_each_receipt(engine: &dyn Engine) {
+    let q = Queue::open(engine, "acks").await.unwrap();
+    for i in 0..4 {
+        q.send(&text(&format!("m{i}")), 0).await.unwrap();
+    }
+    let old = q.receive(4, Some(10), 0).await.unwrap();
+    let new = q.receive(2, Some(1_000), 10).await.unwrap();
+    let outcomes = q
+        .ack_batch(&[
+            old[0].receipt.clone(),
+            old[2].receipt.clone(),
+            new[1].receipt.clone(),
+            "garbage".into(),
+            new[1].receipt.clone(),
+            old[1].receipt.clone(),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(
+        outcomes,
+        [
+            Settled::Stale,
+            Settled::Done,
+            Settled::Done,
+            Settled::Gone,
+            Settled::Gone,
+            Settled::Gone
+        ]
+    );
+    q.ack(&new[0].receipt).await.unwrap();
+    let left = q.receive(10, None, 20).await.unwrap();
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].payload, text("m3"));
+}
+
+/// A waiting receive wakes when a message is sent, and times out empty.
+pub async fn queue_receive_wait_wakes_on_a_send(engine: &dyn Engine) {
+    let q = Queue::open(engine, "waits").await.unwrap();
+    let clock = || crate::time::Clock::now_ms(&crate::time::SystemClock);
+    let empty = q
+        .receive_wait(
+            1,
+            None,
+            &clock,
+            tokio::time::Instant::now() + Duration::from_millis(50),
+        )
+        .await
+        .unwrap();
+    assert!(empty.is_empty());
+    let sender = {
+        let q = q.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            q.send(
+                &text("late"),
+                crate::time::Clock::now_ms(&crate::time::SystemClock),
+            )
+            .await
+            .unwrap();
+        })
+    };
+    let got = q
+        .receive_wait(
+            1,
+            None,
+            &clock,
+            tokio::time::Instant::now() + Duration::from_secs(30),
+        )
+        .await
+        .unwrap();
+    assert_eq!(got[0].payload, text("late"));
+    sender.await.unwrap();
+}
+
+/// Offsets are 1, 2, 3… per stream, never reused after a trim; saved
+/// offsets only move forward and never beyond the last offset.
+pub async fn stream_offsets_survive_trim_and_saves_only_move_forward(engine: &dyn Engine) {
+    let s = Streams::open(engine, StreamLimits::default())
+        .await
+        .unwrap();
+    for i in 1..=5u64 {
+        assert_eq!(s.publish("s", None, b"x", 0).await.unwrap(), i);
+    }
+    assert_eq!(s.publish("other", Some("k"), b"y", 0).await.unwrap(), 1);
+    assert_eq!(s.trim_to("s", 5).await.unwrap(), 5);
+    assert_eq!(s.publish("s", None, b"x", 0).await.unwrap(), 6);
+    s.save_offset("s", "c", 4).await.unwrap();
+    s.save_offset("s", "c", 2).await.unwrap();
+    assert_eq!(s.get_offset("s", "c").await.unwrap(), Some(4));
+    assert!(matches!(
+        s.save_offset("s", "c", 7).await,
+        Err(AlkError::InvalidArgument(_))
+    ));
+    let read = s.read_since("s", 0, 10).await.unwrap();
+    assert_eq!(read.iter().map(|e| e.offset).collect::<Vec<_>>(), [6]);
+    let other = s.read_since("other", 0, 10).await.unwrap();
+    assert_eq!(other[0].key.as_deref(), Some("k"));
+    assert_eq!(other[0].payload, b"y");
+    assert!(matches!(
+        s.publish("s", Some(""), b"x", 0).await,
+        Err(AlkError::InvalidArgument(_))
+    ));
+}
+
+/// A transaction applies its publishes and saves together, or not at all;
+/// a refusal inside it leaves it usable; after rollback it is finished.
+pub async fn stream_transactions_commit_all_or_nothing(engine: &dyn Engine) {
+    let s = Streams::open(engine, StreamLimits::default())
+        .await
+        .unwrap();
+    s.publish("in", None, b"a", 0).await.unwrap();
+    let tx = s.transaction();
+    assert_eq!(tx.publish("out", None, b"derived", 0).await.unwrap(), 1);
+    tx.save_offset("in", "worker", 1).await.unwrap();
+    tx.rollback().await;
+    assert!(s.read_since("out", 0, 10).await.unwrap().is_empty());
+    assert_eq!(s.get_offset("in", "worker").await.unwrap(), None);
+    assert!(matches!(
+        tx.commit().await,
+        Err(AlkError::InvalidArgument(_))
+    ));
+    let tx = s.transaction();
+    assert_eq!(tx.publish("out", None, b"derived", 0).await.unwrap(), 1);
+    assert!(matches!(
+        tx.save_offset("in", "worker", 99).await,
+        Err(AlkError::InvalidArgument(_))
+    ));
+    tx.save_offset("in", "worker", 1).await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(s.read_since("out", 0, 10).await.unwrap().len(), 1);
+    assert_eq!(s.get_offset("in", "worker").await.unwrap(), Some(1));
+    assert!(matches!(
+        tx.commit().await,
+        Err(AlkError::InvalidArgument(_))
+    ));
+}
+
+/// A transaction held past its limit is rolled back and the store freed.
+pub async fn stream_transactions_held_too_long_are_rolled_back(engine: &dyn Engine) {
+    let limits = StreamLimits {
+        max_transaction: Duration::from_millis(100),
+        ..StreamLimits::default()
+    };
+    let s = Streams::open(engine, limits).await.unwrap();
+    let tx = s.transaction();
+    tx.publish("late", None, b"late", 0).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(matches!(
+        tx.commit().await,
+        Err(AlkError::TransactionAborted(_))
+    ));
+    assert_eq!(s.publish("late", None, b"next", 0).await.unwrap(), 1);
+}
+
+/// Lock deadlines, renewals, releases and takeovers follow the given clock
+/// exactly; tokens only grow.
+pub async fn lock_expiry_renewal_and_takeover_follow_the_clock(engine: &dyn Engine) {
+    let s = Locks::open(engine).await.unwrap();
+    let a = s.try_lock("l", "a", 100, 1_000).await.unwrap().unwrap();
+    assert_eq!(a.token, 1);
+    assert_eq!(s.try_lock("l", "b", 100, 1_099).await.unwrap(), None);
+    assert!(s.renew(&a, 100, 1_099).await.unwrap());
+    assert_eq!(
+        s.holder("l", 1_198).await.unwrap().unwrap().expires_at,
+        1_199
+    );
+    assert_eq!(s.holder("l", 1_199).await.unwrap(), None);
+    assert!(
+        !s.renew(&a, 100, 1_199).await.unwrap(),
+        "late renew accepted"
+    );
+    let b = s.try_lock("l", "b", 100, 1_199).await.unwrap().unwrap();
+    assert_eq!(b.token, 2);
+    assert!(
+        !s.release(&a, 1_200).await.unwrap(),
+        "stale release accepted"
+    );
+    let stale = Acquired {
+        token: 1,
+        ..b.clone()
+    };
+    assert!(!s.release(&stale, 1_200).await.unwrap());
+    assert!(s.release(&b, 1_200).await.unwrap());
+    assert!(!s.release(&b, 1_200).await.unwrap());
+    assert_eq!(
+        s.try_lock("l", "c", 100, 1_201)
+            .await
+            .unwrap()
+            .unwrap()
+            .token,
+        3
+    );
+    assert!(matches!(
+        s.try_lock("l", "", 100, 0).await,
+        Err(AlkError::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        s.try_lock("l", "o", 0, 0).await,
+        Err(AlkError::InvalidArgument(_))
+    ));
+}
+
+/// A waiting lock is granted when the holder releases it.
+pub async fn lock_wait_is_granted_at_release(engine: &dyn Engine) {
+    let s = Locks::open(engine).await.unwrap();
+    let clock = || crate::time::Clock::now_ms(&crate::time::SystemClock);
+    let held = s
+        .try_lock("w", "first", 60_000, clock())
+        .await
+        .unwrap()
+        .unwrap();
+    let waiter = {
+        let s = s.clone();
+        tokio::spawn(async move {
+            let clock = || crate::time::Clock::now_ms(&crate::time::SystemClock);
+            s.lock_wait(
+                "w",
+                "second",
+                1_000,
+                &clock,
+                tokio::time::Instant::now() + Duration::from_secs(30),
+            )
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(s.release(&held, clock()).await.unwrap());
+    let got = waiter.await.unwrap().unwrap().unwrap();
+    assert_eq!(got.owner, "second");
+    assert!(got.token > held.token);
+}
+
+/// A listener sees a notification sent after it attached, even before it
+/// waits; a wait with nothing sent times out.
+pub async fn notify_wakes_a_listener_attached_before(engine: &dyn Engine) {
+    let c = Channels::open(engine).unwrap();
+    let mut l = c.listen("ch").unwrap();
+    c.notify("ch").unwrap();
+    assert!(
+        l.wait(Some(tokio::time::Instant::now() + Duration::from_secs(5)))
+            .await
+    );
+    assert!(
+        !l.wait(Some(
+            tokio::time::Instant::now() + Duration::from_millis(30)
+        ))
+        .await
+    );
+    assert!(matches!(
+        c.notify("__alkstore_x"),
+        Err(AlkError::ReservedName(_))
+    ));
+}
+
+#[cfg(test)]
+mod memory_engine {
+    use super::*;
+
+    async fn make() -> Subject {
+        Subject {
+            engine: Arc::new(crate::memory::MemoryEngine::new()),
+            keep: Box::new(()),
+        }
+    }
+
+    crate::conformance_tests!(make);
+}

@@ -1,0 +1,45 @@
+//! What a storage engine provides.
+//!
+//! An engine keeps the data; the core ([`crate::kv`], [`crate::queue`], …)
+//! keeps the rules. Every guest call is checked by the core (names, keys,
+//! sizes, times) before the engine sees it; the engine runs statements and
+//! reports what it found. Adding an engine means implementing this trait
+//! and the per-capability traits it hands out — nothing else changes.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::error::AlkResult;
+use crate::kv::KvEngine;
+use crate::lock::LockEngine;
+use crate::queue::QueueEngine;
+use crate::stream::StreamEngine;
+use crate::wake::Wakes;
+
+/// A storage engine: where stores live and how they are read and written.
+///
+/// Names passed in are already checked by the core ([`crate::names`]).
+/// Opening may create the store; a store of another format, or a location
+/// that cannot be used, is [`crate::AlkError::StoreSetup`].
+#[async_trait]
+pub trait Engine: Send + Sync + 'static {
+    /// The key-value bucket `name`.
+    async fn bucket(&self, name: &str) -> AlkResult<Arc<dyn KvEngine>>;
+
+    /// The queue `name`.
+    async fn queue(&self, name: &str) -> AlkResult<Arc<dyn QueueEngine>>;
+
+    /// The streams (all of them live in one store per engine).
+    async fn streams(&self) -> AlkResult<Arc<dyn StreamEngine>>;
+
+    /// The locks (all of them live in one store per engine).
+    async fn locks(&self) -> AlkResult<Arc<dyn LockEngine>>;
+
+    /// The wakes of this engine's stores in this process, carried to the
+    /// other processes that use the same stores.
+    fn wakes(&self) -> AlkResult<Wakes>;
+
+    /// Where the stores are, for messages (a directory, a database).
+    fn describe(&self) -> String;
+}

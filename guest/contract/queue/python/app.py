@@ -1,0 +1,289 @@
+"""The localqueue.v1 contract, checked from a Python guest.
+
+The same cases, in the same order and with the same names, as the Rust
+guest beside it (../rust); ../README.md says what each case expects.
+"""
+
+import time
+
+from contract import Contract, ensure, raises
+from wit_world import exports
+from wit_world.imports.queue import AckOutcome, Payload_Json, Payload_Text, Queue
+from wit_world.imports.types import (
+    Error_InvalidArgument,
+    Error_InvalidName,
+    Error_PayloadTooLarge,
+    Error_ReservedName,
+    Error_StaleReceipt,
+)
+
+
+def pause(ms):
+    time.sleep(ms / 1000)
+
+
+def body(m):
+    return m.payload.value
+
+
+def text(t):
+    return Payload_Text(t)
+
+
+def contract():
+    nonce = time.time_ns()
+
+    def fresh(case):
+        # Every case gets a queue of its own.
+        return Queue.open(f"p{nonce}-{case}")
+
+    def open_returns_named_queue():
+        name = f"p{nonce}-named"
+        ensure(Queue.open(name).name() == name)
+
+    def receive_on_empty_queue_is_empty():
+        ensure(fresh("empty").receive(10, None) == [])
+
+    def send_returns_increasing_ids():
+        q = fresh("ids")
+        a = q.send(text("a"))
+        b = q.send(text("b"))
+        ensure(b > a, f"{a} then {b}")
+
+    def receive_is_fifo():
+        q = fresh("fifo")
+        for t in ["1", "2", "3", "4"]:
+            q.send(text(t))
+        order = [body(m) for m in q.receive(10, None)]
+        ensure(order == ["1", "2", "3", "4"], order)
+
+    def json_and_text_payloads_round_trip():
+        q = fresh("payloads")
+        doc = '{"order": 17, "items": ["a", "b"], "note": "naïve ☕"}'
+        q.send(Payload_Json(doc))
+        q.send(text("plain text, not JSON: {"))
+        got = q.receive(10, None)
+        ensure(isinstance(got[0].payload, Payload_Json) and body(got[0]) == doc)
+        ensure(isinstance(got[1].payload, Payload_Text) and body(got[1]) == "plain text, not JSON: {")
+
+    def first_delivery_has_attempt_1():
+        q = fresh("attempt")
+        q.send(text("x"))
+        got = q.receive(1, None)
+        ensure(len(got) == 1 and got[0].attempt == 1)
+
+    def received_messages_are_invisible():
+        q = fresh("invisible")
+        q.send(text("x"))
+        ensure(len(q.receive(10, None)) == 1)
+        ensure(q.receive(10, None) == [])
+
+    def batch_receive_respects_max():
+        q = fresh("batch")
+        for i in range(5):
+            q.send(text(str(i)))
+        first = q.receive(2, None)
+        rest = q.receive(10, None)
+        ensure(len(first) == 2 and len(rest) == 3)
+        ensure(body(first[0]) == "0" and body(rest[0]) == "2")
+
+    def receive_max_zero_is_clamped_to_one():
+        q = fresh("max-zero")
+        q.send(text("a"))
+        q.send(text("b"))
+        ensure(len(q.receive(0, None)) == 1)
+
+    def redelivery_after_visibility_increments_attempt():
+        q = fresh("redeliver")
+        q.send(text("x"))
+        first = q.receive(1, 40)
+        pause(60)
+        second = q.receive(1, 60_000)
+        ensure(len(second) == 1 and second[0].attempt == 2)
+        ensure(second[0].receipt != first[0].receipt)
+
+    def stale_receipt_after_redelivery_is_rejected():
+        q = fresh("stale")
+        q.send(text("x"))
+        first = q.receive(1, 40)
+        pause(60)
+        second = q.receive(1, 60_000)
+        raises(Error_StaleReceipt, q.ack, first[0].receipt)
+        raises(Error_StaleReceipt, q.nack, first[0].receipt)
+        q.ack(second[0].receipt)
+
+    def ack_deletes_the_message():
+        q = fresh("ack")
+        q.send(text("x"))
+        got = q.receive(1, 40)
+        q.ack(got[0].receipt)
+        pause(60)
+        ensure(q.receive(10, None) == [])
+
+    def double_ack_is_ok():
+        q = fresh("double-ack")
+        q.send(text("x"))
+        got = q.receive(1, None)
+        q.ack(got[0].receipt)
+        q.ack(got[0].receipt)
+        q.nack(got[0].receipt)
+
+    def malformed_receipt_is_a_no_op():
+        q = fresh("malformed")
+        q.send(text("x"))
+        for bad in ["", "garbage", "1", "1:", "1:not-a-uuid", ":", "9" * 500]:
+            q.ack(bad)
+            q.nack(bad)
+        ensure(len(q.receive(10, None)) == 1)
+
+    def nack_makes_visible_now_and_keeps_attempt():
+        q = fresh("nack")
+        q.send(text("x"))
+        got = q.receive(1, 60_000)
+        q.nack(got[0].receipt)
+        again = q.receive(1, 60_000)
+        ensure(len(again) == 1, "not visible after nack")
+        ensure(again[0].attempt == 2, f"attempt {again[0].attempt}")
+
+    def send_batch_and_ack_batch():
+        q = fresh("batches")
+        ids = q.send_batch([text("a"), Payload_Json("[1]"), text("c")])
+        ensure(len(ids) == 3 and ids[0] < ids[1] < ids[2], ids)
+        got = q.receive(2, None)
+        outcomes = q.ack_batch([got[0].receipt, got[1].receipt, "garbage"])
+        ensure(outcomes == [AckOutcome.ACKED, AckOutcome.ACKED, AckOutcome.GONE], outcomes)
+        rest = q.receive(10, None)
+        ensure(len(rest) == 1 and body(rest[0]) == "c")
+
+    def ack_batch_reports_stale_receipts_and_acks_the_rest():
+        q = fresh("batch-stale")
+        q.send_batch([text("x"), text("y")])
+        first = q.receive(1, 40)
+        pause(60)
+        again = q.receive(2, 60_000)
+        ensure(len(again) == 2)
+        outcomes = q.ack_batch([first[0].receipt, again[1].receipt])
+        ensure(outcomes == [AckOutcome.STALE, AckOutcome.ACKED], outcomes)
+        q.ack(again[0].receipt)
+
+    def send_batch_is_all_or_nothing():
+        q = fresh("batch-atomic")
+        raises(Error_InvalidArgument, q.send_batch, [text("ok"), Payload_Json("{")])
+        raises(Error_InvalidArgument, q.send_batch, [text(str(i)) for i in range(1001)])
+        ensure(q.receive(10, None) == [])
+
+    def receive_wait_returns_at_once_when_a_message_is_there():
+        q = fresh("wait-now")
+        q.send(text("x"))
+        ensure(len(q.receive_wait(10, None, 60_000)) == 1)
+
+    def receive_wait_times_out_with_an_empty_list():
+        q = fresh("wait-timeout")
+        ensure(q.receive_wait(10, None, 30) == [])
+
+    def purge_removes_visible_and_in_flight():
+        q = fresh("purge")
+        q.send(text("a"))
+        q.send(text("b"))
+        inflight = q.receive(1, 40)
+        q.purge()
+        pause(60)
+        ensure(q.receive(10, None) == [])
+        q.ack(inflight[0].receipt)
+
+    def payload_over_64kib_is_payload_too_large():
+        q = fresh("too-large")
+        e = raises(Error_PayloadTooLarge, q.send, text("x" * 65_537))
+        ensure(e.value.size == 65_537 and e.value.limit == 65_536, e)
+        raises(Error_PayloadTooLarge, q.send, Payload_Json('"' + "y" * 65_535 + '"'))
+        ensure(q.receive(10, None) == [])
+        q.send(text("x" * 65_536))
+        got = q.receive(10, None)
+        ensure(len(got) == 1 and len(body(got[0])) == 65_536)
+
+    def invalid_json_is_invalid_argument():
+        q = fresh("bad-json")
+        for bad in ["", "{", '{"a":}', "not json", "[1,]"]:
+            raises(Error_InvalidArgument, q.send, Payload_Json(bad))
+        ensure(q.receive(10, None) == [])
+
+    def valid_json_beyond_a_value_parser_is_accepted():
+        q = fresh("odd-json")
+        for good in ["1e999", '"\\ud800"', "[" * 1000 + "]" * 1000]:
+            q.send(Payload_Json(good))
+        got = q.receive(10, None)
+        ensure(len(got) == 3)
+        ensure(body(got[1]) == '"\\ud800"', "stored as sent")
+
+    def receipt_never_issued_by_this_queue():
+        q = fresh("foreign-receipt")
+        other = fresh("foreign-receipt-other")
+        q.send(text("x"))
+        other.send(text("y"))
+        mine = q.receive(1, 60_000)
+        theirs = other.receive(1, 60_000)
+        ensure(mine[0].receipt.split(":")[0] == theirs[0].receipt.split(":")[0])
+        raises(Error_StaleReceipt, q.ack, theirs[0].receipt)
+        raises(Error_StaleReceipt, q.nack, "1:00000000-0000-4000-8000-000000000000")
+        q.ack("999:00000000-0000-4000-8000-000000000000")
+        q.ack(mine[0].receipt)
+        other.ack(theirs[0].receipt)
+
+    def zero_visibility_is_invalid_argument():
+        q = fresh("zero-vis")
+        q.send(text("x"))
+        raises(Error_InvalidArgument, q.receive, 1, 0)
+        raises(Error_InvalidArgument, q.receive, 1, 2**64 - 1)
+        got = q.receive(1, None)
+        ensure(len(got) == 1 and got[0].attempt == 1)
+
+    def queues_are_isolated():
+        a = fresh("iso-a")
+        b = fresh("iso-b")
+        a.send(text("for a"))
+        ensure(b.receive(10, None) == [])
+        ensure(len(a.receive(10, None)) == 1)
+
+    def bad_queue_names_are_invalid_name():
+        for bad in ["", ".", "..", ".hidden", "a/b", "a\\b", "a\0b", "with space", "ü", "q" * 101]:
+            raises(Error_InvalidName, Queue.open, bad)
+
+    def reserved_queue_name_is_reserved_name():
+        raises(Error_ReservedName, Queue.open, "__alkstore_outbox")
+
+    Contract().run([
+        open_returns_named_queue,
+        receive_on_empty_queue_is_empty,
+        send_returns_increasing_ids,
+        receive_is_fifo,
+        json_and_text_payloads_round_trip,
+        first_delivery_has_attempt_1,
+        received_messages_are_invisible,
+        batch_receive_respects_max,
+        receive_max_zero_is_clamped_to_one,
+        redelivery_after_visibility_increments_attempt,
+        stale_receipt_after_redelivery_is_rejected,
+        ack_deletes_the_message,
+        double_ack_is_ok,
+        malformed_receipt_is_a_no_op,
+        nack_makes_visible_now_and_keeps_attempt,
+        send_batch_and_ack_batch,
+        ack_batch_reports_stale_receipts_and_acks_the_rest,
+        send_batch_is_all_or_nothing,
+        receive_wait_returns_at_once_when_a_message_is_there,
+        receive_wait_times_out_with_an_empty_list,
+        purge_removes_visible_and_in_flight,
+        payload_over_64kib_is_payload_too_large,
+        invalid_json_is_invalid_argument,
+        valid_json_beyond_a_value_parser_is_accepted,
+        receipt_never_issued_by_this_queue,
+        zero_visibility_is_invalid_argument,
+        queues_are_isolated,
+        bad_queue_names_are_invalid_name,
+        reserved_queue_name_is_reserved_name,
+    ])
+
+
+class Run(exports.Run):
+    def run(self) -> None:
+        contract()

@@ -91,7 +91,8 @@ pub fn ctx_with_clock(dir: &Path, clock: Arc<dyn alk_host::Clock>) -> AlkCtx {
 /// The `alk-host` binary.
 pub fn alk_host() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_alk-host"));
-    cmd.env("ALK_CACHE_DIR", cache_dir());
+    // The host's own log level, not the one of whoever runs the tests.
+    cmd.env("ALK_CACHE_DIR", cache_dir()).env_remove("RUST_LOG");
     cmd
 }
 

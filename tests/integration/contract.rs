@@ -89,6 +89,23 @@ fn through_library(interface: &str, language: &str) {
     assert_cases(interface, &name, printed);
 }
 
+/// Runs the contract guest of `interface` in `language` through the
+/// library on the in-memory engine: the rules live in the core, so the
+/// same cases pass on an engine with no files at all.
+fn on_the_memory_engine(interface: &str, language: &str) {
+    let name = guest_name(interface, language);
+    let engine = std::sync::Arc::new(alk_store::memory::MemoryEngine::new());
+    let ctx = alk_host::AlkCtx::builder().engine(engine).build();
+    let out = run_lib(&name, ctx, &[]);
+    let printed = passed_cases(
+        &text(&out.stdout),
+        &text(&out.stderr),
+        out.exit_code(),
+        &name,
+    );
+    assert_cases(interface, &name, printed);
+}
+
 /// Runs the contract guest of `interface` in `language` through the CLI;
 /// the run leaves a real store (or wake file) behind in `store_dir`.
 fn through_cli(interface: &str, language: &str, store_dir: &str) {
@@ -114,11 +131,16 @@ fn through_cli(interface: &str, language: &str, store_dir: &str) {
 /// One test per (interface, language, way in); the list the folder check
 /// below compares with what is on disk.
 macro_rules! contracts {
-    ($( $iface:literal $lang:literal $store:literal => $lib:ident, $cli:ident; )*) => {
+    ($( $iface:literal $lang:literal $store:literal => $lib:ident, $cli:ident, $mem:ident; )*) => {
         $(
             #[test]
             fn $lib() {
                 through_library($iface, $lang);
+            }
+
+            #[test]
+            fn $mem() {
+                on_the_memory_engine($iface, $lang);
             }
 
             #[test]
@@ -132,13 +154,13 @@ macro_rules! contracts {
 }
 
 contracts! {
-    "kv" "rust" "kv" => kv_rust_through_library, kv_rust_through_cli;
-    "kv" "python" "kv" => kv_python_through_library, kv_python_through_cli;
-    "queue" "rust" "queue" => queue_rust_through_library, queue_rust_through_cli;
-    "queue" "python" "queue" => queue_python_through_library, queue_python_through_cli;
-    "stream" "rust" "stream" => stream_rust_through_library, stream_rust_through_cli;
-    "lock" "rust" "lock" => lock_rust_through_library, lock_rust_through_cli;
-    "notify" "rust" "wake" => notify_rust_through_library, notify_rust_through_cli;
+    "kv" "rust" "kv" => kv_rust_through_library, kv_rust_through_cli, kv_rust_on_the_memory_engine;
+    "kv" "python" "kv" => kv_python_through_library, kv_python_through_cli, kv_python_on_the_memory_engine;
+    "queue" "rust" "queue" => queue_rust_through_library, queue_rust_through_cli, queue_rust_on_the_memory_engine;
+    "queue" "python" "queue" => queue_python_through_library, queue_python_through_cli, queue_python_on_the_memory_engine;
+    "stream" "rust" "stream" => stream_rust_through_library, stream_rust_through_cli, stream_rust_on_the_memory_engine;
+    "lock" "rust" "lock" => lock_rust_through_library, lock_rust_through_cli, lock_rust_on_the_memory_engine;
+    "notify" "rust" "wake" => notify_rust_through_library, notify_rust_through_cli, notify_rust_on_the_memory_engine;
 }
 
 /// Every guest folder under `guest/contract` has its tests above, and

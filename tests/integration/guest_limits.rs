@@ -162,6 +162,35 @@ fn the_cli_passes_env_args_and_dirs() {
 }
 
 #[test]
+fn rust_log_traces_every_host_call_and_the_default_log_is_quiet() {
+    let dir = tempfile::tempdir().unwrap();
+    let quiet = run_cli("hello", dir.path(), &[], &[]);
+    assert!(quiet.status.success(), "{}", text(&quiet.stderr));
+    assert_eq!(text(&quiet.stderr), "", "nothing is logged by default");
+    let traced = alk_host()
+        .env("RUST_LOG", "alk_host=trace")
+        .arg("run")
+        .arg(guest("hello"))
+        .arg("--data-dir")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(traced.status.success(), "{}", text(&traced.stderr));
+    let log = text(&traced.stderr);
+    for call in [
+        "[static]bucket.open",
+        "[method]bucket.get",
+        "[method]bucket.set",
+    ] {
+        assert!(log.contains(call), "no trace of {call}:\n{log}");
+    }
+    assert!(
+        !log.contains('\x1b'),
+        "colours in a log that is not a terminal"
+    );
+}
+
+#[test]
 fn help_documents_every_flag() {
     let out = alk_host().args(["run", "--help"]).output().unwrap();
     let help = text(&out.stdout);

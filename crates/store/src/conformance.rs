@@ -39,6 +39,7 @@ macro_rules! conformance_tests {
             queue_visibility_and_redelivery_follow_the_clock,
             queue_claims_oldest_first_and_skips_in_flight,
             queue_ack_batch_reports_each_receipt,
+            queue_receipts_of_another_queue_are_stale_there,
             queue_receive_wait_wakes_on_a_send,
             stream_offsets_survive_trim_and_saves_only_move_forward,
             stream_transactions_commit_all_or_nothing,
@@ -274,6 +275,30 @@ pub async fn queue_visibility_and_redelivery_follow_the_clock(engine: &dyn Engin
         q.receive(1, Some(0), 0).await,
         Err(AlkError::InvalidArgument(_))
     ));
+}
+
+/// A receipt is only ever current for the message it was issued for: the
+/// same message id in another queue does not make it valid there.
+pub async fn queue_receipts_of_another_queue_are_stale_there(engine: &dyn Engine) {
+    let mine = Queue::open(engine, "mine").await.unwrap();
+    let theirs = Queue::open(engine, "theirs").await.unwrap();
+    assert_eq!(mine.send(&text("m"), 0).await.unwrap(), 1);
+    assert_eq!(theirs.send(&text("t"), 0).await.unwrap(), 1);
+    let m = mine.receive(1, None, 0).await.unwrap();
+    let t = theirs.receive(1, None, 0).await.unwrap();
+    assert_ne!(m[0].receipt, t[0].receipt);
+    assert!(matches!(
+        mine.ack(&t[0].receipt).await,
+        Err(AlkError::StaleReceipt(_))
+    ));
+    assert_eq!(
+        mine.ack_batch(std::slice::from_ref(&t[0].receipt))
+            .await
+            .unwrap(),
+        [Settled::Stale]
+    );
+    mine.ack(&m[0].receipt).await.unwrap();
+    theirs.ack(&t[0].receipt).await.unwrap();
 }
 
 /// Claims take the oldest due messages first (send time, then id), skip

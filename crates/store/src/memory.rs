@@ -207,7 +207,6 @@ struct Msg {
 #[derive(Default)]
 struct QueueState {
     next_id: i64,
-    next_delivery: u64,
     msgs: BTreeMap<i64, Msg>,
 }
 
@@ -215,11 +214,24 @@ struct QueueState {
 struct MemQueue(Mutex<QueueState>);
 
 /// `"{id}:{delivery}"` as `(id, receipt)` when it could be one.
+/// The message id of a receipt shaped like the ones this engine issues
+/// (`<id>:<uuid>`, as the file engine's), whoever issued it.
 fn parse_receipt(receipt: &str) -> Option<i64> {
-    let (id, n) = receipt.split_once(':')?;
-    n.parse::<u64>().ok()?;
+    let (id, claim) = receipt.split_once(':')?;
+    let uuid_shaped = claim.len() == 36
+        && claim.char_indices().all(|(i, c)| match i {
+            8 | 13 | 18 | 23 => c == '-',
+            _ => c.is_ascii_hexdigit(),
+        });
+    if !uuid_shaped {
+        return None;
+    }
     id.parse::<i64>().ok().filter(|id| *id > 0)
 }
+
+/// Claims of every memory queue of the process: a receipt is never valid
+/// for another queue's message.
+static CLAIMS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl QueueState {
     fn settle(&mut self, receipt: &str, nack_at: Option<i64>) -> Settled {
@@ -278,14 +290,13 @@ impl QueueEngine for MemQueue {
             .map(|(id, m)| (m.enqueued_at, *id))
             .collect();
         due.sort_unstable();
-        q.next_delivery += 1;
-        let delivery = q.next_delivery;
+        let claim = CLAIMS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
         let mut out = Vec::new();
         for (_, id) in due.into_iter().take(max as usize) {
             let m = q.msgs.get_mut(&id).expect("listed above");
             m.visible_at = visible_until;
             m.attempt += 1;
-            let receipt = format!("{id}:{delivery}");
+            let receipt = format!("{id}:00000000-0000-4000-8000-{claim:012x}");
             m.receipt = Some(receipt.clone());
             out.push(Delivery {
                 id,

@@ -39,9 +39,7 @@
 //! }
 //!
 //! # async fn example() -> wasmtime::Result<()> {
-//! let mut config = Config::new();
-//! config.async_support(true);
-//! let engine = Engine::new(&config)?;
+//! let engine = Engine::new(&Config::new())?;
 //! let mut linker = Linker::<Plugin>::new(&engine);
 //! wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
 //! alk_host::add_to_linker(&mut linker)?;

@@ -41,9 +41,7 @@ fn alk_of(p: &mut Plugin) -> AlkCtxView<'_> {
 fn run_hello(alk: AlkCtx, visitor: &str) -> String {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
-        let mut config = Config::new();
-        config.async_support(true);
-        let engine = Engine::new(&config).unwrap();
+        let engine = Engine::new(&Config::new()).unwrap();
         let mut linker = Linker::<Plugin>::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).unwrap();
         alk_host::kv::add_to_linker_with(&mut linker, alk_of).unwrap();

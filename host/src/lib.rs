@@ -4,8 +4,18 @@
 //! The data is kept by an [`Engine`] behind the engine-neutral rules of
 //! [`alk_store`]: by default [`TursoEngine`], turso database files in
 //! multi-process WAL mode under one data directory, so several host
-//! processes (and several guests in one process) share them safely. Any
-//! engine can be passed to [`AlkCtxBuilder::engine`].
+//! processes (and several guests in one process) share them safely; or
+//! [`PostgresEngine`], one schema of a PostgreSQL database shared by hosts on
+//! many machines. Any engine can be passed to [`AlkCtxBuilder::engine`]:
+//!
+//! ```no_run
+//! # async fn f() -> Result<(), alk_host::AlkError> {
+//! use std::sync::Arc;
+//! use alk_host::{AlkCtx, PostgresEngine};
+//! let engine = PostgresEngine::connect_url("postgres://alk:secret@db.internal:5432/app").await?;
+//! let ctx = AlkCtx::builder().engine(Arc::new(engine)).build();
+//! # Ok(()) }
+//! ```
 //!
 //! # Embedding
 //!
@@ -114,6 +124,9 @@ pub mod stream;
 
 pub use alk_store::{
     AlkError, AlkResult, Clock, Engine, KvLimits, Limits, ManualClock, StreamLimits, SystemClock,
+};
+pub use alk_store_postgres::{
+    PostgresEngine, PostgresOptions, is_postgres_url, redact as redact_url,
 };
 pub use alk_store_turso::{Durability, RetryPolicy, TursoEngine};
 pub use ctx::{AlkCtx, AlkCtxBuilder, AlkCtxView, AlkView};

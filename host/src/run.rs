@@ -204,6 +204,7 @@ impl Runner {
         if let Some(max) = opts.max_memory_bytes {
             limits = limits.memory_size(max).trap_on_grow_failure(true);
         }
+        let engine = alk.engine().clone();
         let state = RunState {
             wasi: wasi.build(),
             alk,
@@ -248,6 +249,9 @@ impl Runner {
             },
             None => guest.await?,
         };
+        // What the guest's last calls started in the background (a wake
+        // for other hosts) is finished before the caller may exit.
+        engine.flush().await;
         let status = match result {
             Ok(Ok(())) => RunStatus::Exited(0),
             Ok(Err(())) => RunStatus::Exited(1),

@@ -96,13 +96,130 @@ pub fn alk_host() -> Command {
     cmd
 }
 
-/// Runs `alk-host run <guest> --data-dir <dir> [extra…] -- <args…>`.
-pub fn run_cli(name: &str, dir: &Path, extra: &[&str], args: &[&str]) -> Output {
+/// Where a test's hosts keep their stores: a fresh data directory, or a
+/// fresh schema on the test PostgreSQL server (`ALK_TEST_POSTGRES`, or a
+/// throwaway server started for this test binary).
+pub enum Store {
+    /// The file engine's data directory.
+    Dir(tempfile::TempDir),
+    /// The URL (password and schema included) of the database engine.
+    Postgres(String),
+}
+
+impl Store {
+    /// A fresh data directory.
+    pub fn dir() -> Store {
+        Store::Dir(tempfile::tempdir().unwrap())
+    }
+
+    /// A schema of its own on the test server.
+    pub fn postgres() -> Store {
+        Store::Postgres(postgres_url())
+    }
+
+    /// The data directory, on the file engine.
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            Store::Dir(d) => Some(d.path()),
+            Store::Postgres(_) => None,
+        }
+    }
+
+    /// The engine, for runs through the library.
+    pub fn ctx(&self) -> AlkCtx {
+        match self {
+            Store::Dir(d) => ctx(d.path()),
+            Store::Postgres(url) => {
+                // The engine's wake connection lives on a runtime that
+                // outlasts the run.
+                static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+                let runtime = RUNTIME.get_or_init(|| {
+                    tokio::runtime::Builder::new_multi_thread()
+                        .worker_threads(1)
+                        .enable_all()
+                        .build()
+                        .unwrap()
+                });
+                let engine = runtime
+                    .block_on(alk_host::PostgresEngine::connect_url(url))
+                    .unwrap_or_else(|e| panic!("connect to the test server: {e}"));
+                AlkCtx::builder().engine(Arc::new(engine)).build()
+            }
+        }
+    }
+}
+
+/// The URL of a schema no other test uses on the test server.
+pub fn postgres_url() -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let base = alk_pg_cluster::test_url();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let schema = format!("it_{}_{nanos}_{n}", std::process::id());
+    let sep = if base.contains('?') { '&' } else { '?' };
+    format!("{base}{sep}schema={schema}")
+}
+
+/// What tells `alk-host run` where the stores are.
+pub trait StoreArgs {
+    /// `--data-dir <dir>` or `--store <url>`.
+    fn store_args(&self) -> Vec<std::ffi::OsString>;
+}
+
+impl StoreArgs for Path {
+    fn store_args(&self) -> Vec<std::ffi::OsString> {
+        vec!["--data-dir".into(), self.into()]
+    }
+}
+
+impl StoreArgs for PathBuf {
+    fn store_args(&self) -> Vec<std::ffi::OsString> {
+        self.as_path().store_args()
+    }
+}
+
+impl StoreArgs for Store {
+    fn store_args(&self) -> Vec<std::ffi::OsString> {
+        match self {
+            Store::Dir(d) => d.path().store_args(),
+            Store::Postgres(url) => vec!["--store".into(), url.into()],
+        }
+    }
+}
+
+/// One test per engine for a test body that takes a [`Store`].
+macro_rules! on_every_engine {
+    ($($body:ident => $files:ident, $postgres:ident;)*) => {
+        $(
+            #[test]
+            fn $files() {
+                $body(&$crate::common::Store::dir());
+            }
+
+            #[test]
+            fn $postgres() {
+                $body(&$crate::common::Store::postgres());
+            }
+        )*
+    };
+}
+pub(crate) use on_every_engine;
+
+/// Runs `alk-host run <guest> --data-dir <dir> [extra…] -- <args…>` (or
+/// `--store <url>`).
+pub fn run_cli(
+    name: &str,
+    dir: &(impl StoreArgs + ?Sized),
+    extra: &[&str],
+    args: &[&str],
+) -> Output {
     let mut cmd = alk_host();
     cmd.arg("run")
         .arg(guest(name))
-        .arg("--data-dir")
-        .arg(dir)
+        .args(dir.store_args())
         .args(extra)
         .arg("--")
         .args(args);
@@ -143,12 +260,15 @@ pub fn file_bytes(path: &Path) -> Vec<u8> {
 
 /// Starts `alk-host run <guest> --data-dir <dir> -- <args…>` with stdout
 /// piped.
-pub fn spawn_guest(dir: &Path, guest_name: &str, args: &[&str]) -> std::process::Child {
+pub fn spawn_guest(
+    dir: &(impl StoreArgs + ?Sized),
+    guest_name: &str,
+    args: &[&str],
+) -> std::process::Child {
     alk_host()
         .arg("run")
         .arg(guest(guest_name))
-        .arg("--data-dir")
-        .arg(dir)
+        .args(dir.store_args())
         .arg("--")
         .args(args)
         .stdout(std::process::Stdio::piped())

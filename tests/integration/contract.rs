@@ -128,10 +128,26 @@ fn through_cli(interface: &str, language: &str, store_dir: &str) {
     );
 }
 
+/// Runs the contract guest of `interface` in `language` through the CLI on
+/// the Postgres engine, in a schema of its own: unchanged guests, the same
+/// cases.
+fn through_cli_on_postgres(interface: &str, language: &str) {
+    let name = guest_name(interface, language);
+    let store = Store::postgres();
+    let out = run_cli(&name, &store, &[], &[]);
+    let printed = passed_cases(
+        &text(&out.stdout),
+        &text(&out.stderr),
+        out.status.code().unwrap_or(-1),
+        &name,
+    );
+    assert_cases(interface, &name, printed);
+}
+
 /// One test per (interface, language, way in); the list the folder check
 /// below compares with what is on disk.
 macro_rules! contracts {
-    ($( $iface:literal $lang:literal $store:literal => $lib:ident, $cli:ident, $mem:ident; )*) => {
+    ($( $iface:literal $lang:literal $store:literal => $lib:ident, $cli:ident, $mem:ident, $pg:ident; )*) => {
         $(
             #[test]
             fn $lib() {
@@ -147,6 +163,11 @@ macro_rules! contracts {
             fn $cli() {
                 through_cli($iface, $lang, $store);
             }
+
+            #[test]
+            fn $pg() {
+                through_cli_on_postgres($iface, $lang);
+            }
         )*
 
         const TESTED: &[(&str, &str)] = &[$(($iface, $lang)),*];
@@ -154,13 +175,13 @@ macro_rules! contracts {
 }
 
 contracts! {
-    "kv" "rust" "kv" => kv_rust_through_library, kv_rust_through_cli, kv_rust_on_the_memory_engine;
-    "kv" "python" "kv" => kv_python_through_library, kv_python_through_cli, kv_python_on_the_memory_engine;
-    "queue" "rust" "queue" => queue_rust_through_library, queue_rust_through_cli, queue_rust_on_the_memory_engine;
-    "queue" "python" "queue" => queue_python_through_library, queue_python_through_cli, queue_python_on_the_memory_engine;
-    "stream" "rust" "stream" => stream_rust_through_library, stream_rust_through_cli, stream_rust_on_the_memory_engine;
-    "lock" "rust" "lock" => lock_rust_through_library, lock_rust_through_cli, lock_rust_on_the_memory_engine;
-    "notify" "rust" "wake" => notify_rust_through_library, notify_rust_through_cli, notify_rust_on_the_memory_engine;
+    "kv" "rust" "kv" => kv_rust_through_library, kv_rust_through_cli, kv_rust_on_the_memory_engine, kv_rust_on_postgres;
+    "kv" "python" "kv" => kv_python_through_library, kv_python_through_cli, kv_python_on_the_memory_engine, kv_python_on_postgres;
+    "queue" "rust" "queue" => queue_rust_through_library, queue_rust_through_cli, queue_rust_on_the_memory_engine, queue_rust_on_postgres;
+    "queue" "python" "queue" => queue_python_through_library, queue_python_through_cli, queue_python_on_the_memory_engine, queue_python_on_postgres;
+    "stream" "rust" "stream" => stream_rust_through_library, stream_rust_through_cli, stream_rust_on_the_memory_engine, stream_rust_on_postgres;
+    "lock" "rust" "lock" => lock_rust_through_library, lock_rust_through_cli, lock_rust_on_the_memory_engine, lock_rust_on_postgres;
+    "notify" "rust" "wake" => notify_rust_through_library, notify_rust_through_cli, notify_rust_on_the_memory_engine, notify_rust_on_postgres;
 }
 
 /// Every guest folder under `guest/contract` has its tests above, and

@@ -6,17 +6,14 @@ use std::process::Child;
 
 use crate::common::*;
 
-fn spawn(dir: &std::path::Path, args: &[&str]) -> Child {
+fn spawn(dir: &Store, args: &[&str]) -> Child {
     spawn_guest(dir, "lock-tool", args)
 }
 
 const PROCESSES: usize = 4;
 const ROUNDS: usize = 40;
 
-#[test]
-fn critical_sections_never_overlap_and_tokens_follow_acquisition_order() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
+fn critical_sections_never_overlap_and_tokens_follow_acquisition_order(d: &Store) {
     let children: Vec<Child> = (0..PROCESSES)
         .map(|p| {
             spawn(
@@ -77,10 +74,7 @@ fn critical_sections_never_overlap_and_tokens_follow_acquisition_order() {
     }
 }
 
-#[test]
-fn a_killed_holders_lock_is_taken_over_after_its_deadline_with_a_larger_token() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
+fn a_killed_holders_lock_is_taken_over_after_its_deadline_with_a_larger_token(d: &Store) {
     const TTL: u64 = 1_000;
     let mut holder = spawn(d, &["hold", "job-7", "doomed", &TTL.to_string()]);
     let line = BufReader::new(holder.stdout.take().unwrap())
@@ -121,6 +115,12 @@ fn a_killed_holders_lock_is_taken_over_after_its_deadline_with_a_larger_token() 
         acquired_at < deadline + 5_000,
         "taken at {acquired_at}, deadline was {deadline}"
     );
-    let seen = sqlite_schema("store", &d.join("lock/locallock.sqlite"));
+    let Some(dir) = d.path() else { return };
+    let seen = sqlite_schema("store", &dir.join("lock/locallock.sqlite"));
     assert_eq!(seen["integrity"], "ok");
+}
+
+on_every_engine! {
+    critical_sections_never_overlap_and_tokens_follow_acquisition_order => critical_sections_never_overlap_and_tokens_follow_acquisition_order_on_files, critical_sections_never_overlap_and_tokens_follow_acquisition_order_on_postgres;
+    a_killed_holders_lock_is_taken_over_after_its_deadline_with_a_larger_token => a_killed_holders_lock_is_taken_over_after_its_deadline_with_a_larger_token_on_files, a_killed_holders_lock_is_taken_over_after_its_deadline_with_a_larger_token_on_postgres;
 }

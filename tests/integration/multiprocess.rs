@@ -1,4 +1,4 @@
-//! Several `alk-host run` processes on one data directory.
+//! Several `alk-host run` processes on one data directory, or one database.
 
 use std::collections::HashMap;
 use std::process::Stdio;
@@ -8,19 +8,16 @@ use crate::common::*;
 const PROCESSES: usize = 4;
 const KEYS: usize = 600;
 
-#[test]
-fn conditional_set_has_exactly_one_winner_per_key_across_processes() {
-    let dir = tempfile::tempdir().unwrap();
+fn conditional_set_has_exactly_one_winner_per_key_across_processes(store: &Store) {
     // Create the bucket first so every racer starts on the same store.
-    let out = run_cli("kv-tool", dir.path(), &[], &["set", "race", "warmup", "x"]);
+    let out = run_cli("kv-tool", store, &[], &["set", "race", "warmup", "x"]);
     assert!(out.status.success());
     let children: Vec<_> = (0..PROCESSES)
         .map(|w| {
             alk_host()
                 .arg("run")
                 .arg(guest("kv-race"))
-                .arg("--data-dir")
-                .arg(dir.path())
+                .args(store.store_args())
                 .args(["--", "race", &KEYS.to_string(), &format!("w{w}")])
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
@@ -60,7 +57,7 @@ fn conditional_set_has_exactly_one_winner_per_key_across_processes() {
         assert_eq!(who.len(), 1, "{key} won by {who:?}");
     }
     // The store agrees with what each winner was told.
-    let out = run_cli("kv-tool", dir.path(), &[], &["scan", "race", "k"]);
+    let out = run_cli("kv-tool", store, &[], &["scan", "race", "k"]);
     let stored: HashMap<String, String> = text(&out.stdout)
         .lines()
         .map(|l| {
@@ -72,4 +69,8 @@ fn conditional_set_has_exactly_one_winner_per_key_across_processes() {
     for (key, who) in &winners {
         assert_eq!(&stored[key], &who[0], "{key}");
     }
+}
+
+on_every_engine! {
+    conditional_set_has_exactly_one_winner_per_key_across_processes => conditional_set_has_exactly_one_winner_per_key_across_processes_on_files, conditional_set_has_exactly_one_winner_per_key_across_processes_on_postgres;
 }

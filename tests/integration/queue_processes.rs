@@ -12,10 +12,7 @@ const PRODUCERS: usize = 2;
 const CONSUMERS: usize = 2;
 const PER_PRODUCER: usize = 5_000;
 
-#[test]
-fn messages_cross_processes_exactly_once_with_none_lost() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
+fn messages_cross_processes_exactly_once_with_none_lost(d: &Store) {
     let out = run_cli("queue-tool", d, &[], &["purge", "work"]);
     assert!(out.status.success(), "{}", text(&out.stdout));
 
@@ -92,10 +89,7 @@ fn messages_cross_processes_exactly_once_with_none_lost() {
     assert_eq!(text(&out.stdout), "", "messages left in the queue");
 }
 
-#[test]
-fn a_killed_consumers_messages_are_redelivered_and_nothing_is_lost() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
+fn a_killed_consumers_messages_are_redelivered_and_nothing_is_lost(d: &Store) {
     const SENT: usize = 60;
     const HELD: usize = 20;
     let out = run_cli(
@@ -166,6 +160,13 @@ fn a_killed_consumers_messages_are_redelivered_and_nothing_is_lost() {
     }
     let out = run_cli("queue-tool", d, &[], &["receive", "jobs", "1000", "1"]);
     assert_eq!(text(&out.stdout), "", "messages left in the queue");
-    let seen = sqlite_schema("store", &d.join("queue/jobs/localqueue.sqlite"));
-    assert_eq!(seen["integrity"], "ok");
+    if let Some(dir) = d.path() {
+        let seen = sqlite_schema("store", &dir.join("queue/jobs/localqueue.sqlite"));
+        assert_eq!(seen["integrity"], "ok");
+    }
+}
+
+on_every_engine! {
+    messages_cross_processes_exactly_once_with_none_lost => messages_cross_processes_exactly_once_with_none_lost_on_files, messages_cross_processes_exactly_once_with_none_lost_on_postgres;
+    a_killed_consumers_messages_are_redelivered_and_nothing_is_lost => a_killed_consumers_messages_are_redelivered_and_nothing_is_lost_on_files, a_killed_consumers_messages_are_redelivered_and_nothing_is_lost_on_postgres;
 }

@@ -7,7 +7,7 @@ use std::process::Child;
 
 use crate::common::*;
 
-fn spawn(dir: &std::path::Path, args: &[&str]) -> Child {
+fn spawn(dir: &Store, args: &[&str]) -> Child {
     spawn_guest(dir, "stream-tool", args)
 }
 
@@ -26,10 +26,7 @@ fn events(stdout: &str) -> Vec<(u64, String)> {
 const PUBLISHERS: usize = 4;
 const PER_PUBLISHER: usize = 2_500;
 
-#[test]
-fn every_consumer_sees_every_event_once_in_offset_order() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
+fn every_consumer_sees_every_event_once_in_offset_order(d: &Store) {
     let total = (PUBLISHERS * PER_PUBLISHER) as u64;
     let until = total.to_string();
     let consumers: Vec<Child> = ["c1", "c2"]
@@ -78,10 +75,7 @@ fn every_consumer_sees_every_event_once_in_offset_order() {
     }
 }
 
-#[test]
-fn a_killed_consumer_resumes_from_its_saved_offset_without_skipping() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
+fn a_killed_consumer_resumes_from_its_saved_offset_without_skipping(d: &Store) {
     const TOTAL: u64 = 2_000;
     let out = finish(
         spawn(d, &["publish", "s", &TOTAL.to_string(), "e"]),
@@ -123,6 +117,12 @@ fn a_killed_consumer_resumes_from_its_saved_offset_without_skipping() {
         second.lines().last(),
         Some(format!("done {TOTAL}").as_str())
     );
-    let seen = sqlite_schema("store", &d.join("stream/localstream.sqlite"));
+    let Some(dir) = d.path() else { return };
+    let seen = sqlite_schema("store", &dir.join("stream/localstream.sqlite"));
     assert_eq!(seen["integrity"], "ok");
+}
+
+on_every_engine! {
+    every_consumer_sees_every_event_once_in_offset_order => every_consumer_sees_every_event_once_in_offset_order_on_files, every_consumer_sees_every_event_once_in_offset_order_on_postgres;
+    a_killed_consumer_resumes_from_its_saved_offset_without_skipping => a_killed_consumer_resumes_from_its_saved_offset_without_skipping_on_files, a_killed_consumer_resumes_from_its_saved_offset_without_skipping_on_postgres;
 }

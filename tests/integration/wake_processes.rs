@@ -15,12 +15,11 @@ struct Proc {
 }
 
 impl Proc {
-    fn spawn(dir: &std::path::Path, guest_name: &str, args: &[&str]) -> Proc {
+    fn spawn(store: &Store, guest_name: &str, args: &[&str]) -> Proc {
         let mut child = alk_host()
             .arg("run")
             .arg(guest(guest_name))
-            .arg("--data-dir")
-            .arg(dir)
+            .args(store.store_args())
             .arg("--")
             .args(args)
             .stdout(Stdio::piped())
@@ -40,8 +39,8 @@ impl Proc {
     }
 }
 
-fn cli_ok(dir: &std::path::Path, guest_name: &str, args: &[&str]) {
-    let out = run_cli(guest_name, dir, &[], args);
+fn cli_ok(store: &Store, guest_name: &str, args: &[&str]) {
+    let out = run_cli(guest_name, store, &[], args);
     assert!(
         out.status.success(),
         "{guest_name} {args:?}: {}",
@@ -49,87 +48,67 @@ fn cli_ok(dir: &std::path::Path, guest_name: &str, args: &[&str]) {
     );
 }
 
-#[test]
-fn a_waiting_receive_gets_a_message_sent_by_another_process() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut waiter = Proc::spawn(dir.path(), "wake-tool", &["receive-wait", "jobs", "60000"]);
+fn a_waiting_receive_gets_a_message_sent_by_another_process(store: &Store) {
+    let mut waiter = Proc::spawn(store, "wake-tool", &["receive-wait", "jobs", "60000"]);
     assert_eq!(waiter.line(), "waiting");
-    cli_ok(dir.path(), "queue-tool", &["send", "jobs", "hello"]);
+    cli_ok(store, "queue-tool", &["send", "jobs", "hello"]);
     assert_eq!(waiter.line(), "got hello 1");
     waiter.finish();
 }
 
-#[test]
-fn a_subscription_wakes_on_a_publish_in_another_process() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut waiter = Proc::spawn(
-        dir.path(),
-        "wake-tool",
-        &["next-wait", "events", "c", "60000"],
-    );
+fn a_subscription_wakes_on_a_publish_in_another_process(store: &Store) {
+    let mut waiter = Proc::spawn(store, "wake-tool", &["next-wait", "events", "c", "60000"]);
     assert_eq!(waiter.line(), "waiting");
-    cli_ok(
-        dir.path(),
-        "stream-tool",
-        &["publish", "events", "1", "news"],
-    );
+    cli_ok(store, "stream-tool", &["publish", "events", "1", "news"]);
     assert_eq!(waiter.line(), "ev 1 news-0");
     waiter.finish();
 }
 
-#[test]
-fn a_waiting_lock_is_granted_when_the_holder_releases() {
-    let dir = tempfile::tempdir().unwrap();
+fn a_waiting_lock_is_granted_when_the_holder_releases(store: &Store) {
     let mut holder = Proc::spawn(
-        dir.path(),
+        store,
         "lock-tool",
         &["hold-until", "l", "a", "60000", "let-go"],
     );
     assert_eq!(holder.line(), "held 1");
     let mut waiter = Proc::spawn(
-        dir.path(),
+        store,
         "wake-tool",
         &["wait-lock", "l", "b", "60000", "60000"],
     );
     assert_eq!(waiter.line(), "waiting");
-    cli_ok(dir.path(), "wake-tool", &["notify", "let-go"]);
+    cli_ok(store, "wake-tool", &["notify", "let-go"]);
     assert_eq!(holder.line(), "released true");
     assert_eq!(waiter.line(), "acquired 2");
     holder.finish();
     waiter.finish();
 }
 
-#[test]
-fn a_notification_reaches_a_listener_in_another_process() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut listener = Proc::spawn(dir.path(), "wake-tool", &["listen", "deploys", "60000"]);
+fn a_notification_reaches_a_listener_in_another_process(store: &Store) {
+    let mut listener = Proc::spawn(store, "wake-tool", &["listen", "deploys", "60000"]);
     assert_eq!(listener.line(), "waiting");
-    cli_ok(dir.path(), "wake-tool", &["notify", "deploys"]);
+    cli_ok(store, "wake-tool", &["notify", "deploys"]);
     assert_eq!(listener.line(), "woken");
     listener.finish();
 }
 
-#[test]
-fn poll_reports_which_of_several_pollables_a_remote_commit_made_ready() {
-    let dir = tempfile::tempdir().unwrap();
+fn poll_reports_which_of_several_pollables_a_remote_commit_made_ready(store: &Store) {
     let mut poller = Proc::spawn(
-        dir.path(),
+        store,
         "wake-tool",
         &["poll", "jobs", "events", "deploys", "60000"],
     );
     assert_eq!(poller.line(), "waiting");
-    cli_ok(dir.path(), "queue-tool", &["send", "jobs", "x"]);
+    cli_ok(store, "queue-tool", &["send", "jobs", "x"]);
     assert_eq!(poller.line(), "queue");
     poller.finish();
 }
 
-#[test]
-fn timeouts_are_values_not_errors() {
-    let dir = tempfile::tempdir().unwrap();
+fn timeouts_are_values_not_errors(store: &Store) {
     let run = |args: &[&str]| {
         let out = run_lib_with(
             "wake-tool",
-            ctx(dir.path()),
+            store.ctx(),
             RunOptions {
                 args: args.iter().map(|s| s.to_string()).collect(),
                 capture_output: true,
@@ -150,11 +129,7 @@ fn timeouts_are_values_not_errors() {
         "waiting\ntimer\n"
     );
     // A held lock: the waiter times out with none.
-    let mut holder = Proc::spawn(
-        dir.path(),
-        "lock-tool",
-        &["hold", "busy-lock", "a", "60000"],
-    );
+    let mut holder = Proc::spawn(store, "lock-tool", &["hold", "busy-lock", "a", "60000"]);
     assert!(holder.line().starts_with("held 1 "));
     assert_eq!(
         run(&["wait-lock", "busy-lock", "b", "1000", "30"]),
@@ -162,4 +137,13 @@ fn timeouts_are_values_not_errors() {
     );
     holder.child.kill().unwrap();
     holder.child.wait().unwrap();
+}
+
+on_every_engine! {
+    a_waiting_receive_gets_a_message_sent_by_another_process => a_waiting_receive_gets_a_message_sent_by_another_process_on_files, a_waiting_receive_gets_a_message_sent_by_another_process_on_postgres;
+    a_subscription_wakes_on_a_publish_in_another_process => a_subscription_wakes_on_a_publish_in_another_process_on_files, a_subscription_wakes_on_a_publish_in_another_process_on_postgres;
+    a_waiting_lock_is_granted_when_the_holder_releases => a_waiting_lock_is_granted_when_the_holder_releases_on_files, a_waiting_lock_is_granted_when_the_holder_releases_on_postgres;
+    a_notification_reaches_a_listener_in_another_process => a_notification_reaches_a_listener_in_another_process_on_files, a_notification_reaches_a_listener_in_another_process_on_postgres;
+    poll_reports_which_of_several_pollables_a_remote_commit_made_ready => poll_reports_which_of_several_pollables_a_remote_commit_made_ready_on_files, poll_reports_which_of_several_pollables_a_remote_commit_made_ready_on_postgres;
+    timeouts_are_values_not_errors => timeouts_are_values_not_errors_on_files, timeouts_are_values_not_errors_on_postgres;
 }

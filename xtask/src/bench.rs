@@ -215,6 +215,10 @@ enum Engine {
     Alk,
     Turso,
     Sqlite,
+    /// `alk-host run --store postgres://…`: a guest on the Postgres engine.
+    AlkPostgres,
+    /// The Postgres engine's statements from Rust (tokio-postgres).
+    PostgresDirect,
 }
 
 impl Engine {
@@ -226,6 +230,20 @@ impl Engine {
 struct Bench<'a> {
     host: &'a Host<'a>,
     native: PathBuf,
+    postgres_url: String,
+}
+
+/// The URL of `postgres` with schema `schema`.
+fn with_schema(postgres: &str, schema: &str) -> String {
+    let sep = if postgres.contains('?') { '&' } else { '?' };
+    format!("{postgres}{sep}schema={schema}")
+}
+
+/// A new, unused schema name for one measurement.
+fn fresh_schema() -> String {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("bench_{}_{n}", std::process::id())
 }
 
 impl Bench<'_> {
@@ -253,6 +271,29 @@ impl Bench<'_> {
                     .args(["--", op, &n.to_string(), tag]);
                 c
             }
+            Engine::AlkPostgres | Engine::PostgresDirect => {
+                // `dir` names the measurement's schema.
+                let schema = dir.file_name().unwrap().to_string_lossy().into_owned();
+                let url = with_schema(&self.postgres_url, &schema);
+                if engine == Engine::AlkPostgres {
+                    let mut c = Command::new(self.host.bin);
+                    c.arg("run")
+                        .arg("--durability")
+                        .arg(durability)
+                        .arg("--cache-dir")
+                        .arg(crate::target_dir().join("bench-cache"))
+                        .arg(self.host.guests.join("bench-guest.wasm"))
+                        .arg("--store")
+                        .arg(url)
+                        .args(["--", op, &n.to_string(), tag]);
+                    c
+                } else {
+                    let mut c = Command::new(&self.native);
+                    c.args(["op", "postgres-direct", durability, op, &n.to_string(), tag])
+                        .arg(url);
+                    c
+                }
+            }
             Engine::Turso | Engine::Sqlite => {
                 let mut c = Command::new(&self.native);
                 let e = if engine == Engine::Turso {
@@ -279,7 +320,10 @@ impl Bench<'_> {
         procs: usize,
         preload: Option<(&str, usize)>,
     ) -> Result<f64> {
-        let dir = fresh_dir("ops")?;
+        let dir = match engine {
+            Engine::AlkPostgres | Engine::PostgresDirect => PathBuf::from(fresh_schema()),
+            _ => fresh_dir("ops")?,
+        };
         if let Some((pre, count)) = preload {
             let out = self
                 .command(engine, relaxed, pre, count, "pre", &dir)
@@ -417,6 +461,44 @@ fn capability_rows(
             n: *n,
             cells,
         });
+    }
+    Ok(rows)
+}
+
+/// A Postgres row: label, operations per run, processes, the guest's and
+/// the direct runs.
+type PgRow = (String, usize, usize, Vec<Vec<f64>>);
+
+/// The Postgres engine: the same operations through a guest and through
+/// the engine's statements from Rust, one and four processes, full
+/// durability (`synchronous_commit` on).
+fn postgres_rows(b: &Bench) -> Result<Vec<PgRow>> {
+    let mut rows = Vec::new();
+    for (label, op, n, procs) in [
+        ("kv get", "kv-get", 5_000, 1),
+        ("kv set", "kv-set", 1_000, 1),
+        ("queue send", "queue-send", 1_000, 1),
+        (
+            "queue receive + ack, batch 1 (messages)",
+            "queue-recv-ack-1",
+            500,
+            1,
+        ),
+        (
+            "queue receive + ack-batch, batch 100, 20,000 messages preloaded (messages)",
+            "queue-drain-100",
+            20_000,
+            4,
+        ),
+    ] {
+        eprintln!("bench: postgres {label} ({procs} process(es))");
+        let preload = (op == "queue-drain-100").then_some(("queue-preload", n));
+        let per_proc = if preload.is_some() { 0 } else { n };
+        let mut cells = Vec::new();
+        for engine in [Engine::AlkPostgres, Engine::PostgresDirect] {
+            cells.push(b.runs(engine, false, op, per_proc, procs, preload)?);
+        }
+        rows.push((label.to_string(), n, procs, cells));
     }
     Ok(rows)
 }
@@ -576,8 +658,15 @@ fn machine() -> String {
     format!("{cores} cores ({cpu})")
 }
 
-/// Runs every benchmark and writes `docs/benchmarks.md`.
-pub fn run(root: &Path, host_bin: &Path, native: &Path, wasmtime: &Path) -> Result<()> {
+/// Runs every benchmark and writes `docs/benchmarks.md`. `postgres_url` is
+/// the PostgreSQL server benchmarks of the Postgres engine are to use.
+pub fn run(
+    root: &Path,
+    host_bin: &Path,
+    native: &Path,
+    wasmtime: &Path,
+    postgres_url: &str,
+) -> Result<()> {
     let host = Host {
         bin: host_bin,
         guests: crate::target_dir().join("guests"),
@@ -585,6 +674,7 @@ pub fn run(root: &Path, host_bin: &Path, native: &Path, wasmtime: &Path) -> Resu
     let b = Bench {
         host: &host,
         native: native.to_path_buf(),
+        postgres_url: postgres_url.to_string(),
     };
     // Warm the compilation cache so no operation run includes compiling.
     let _ = Command::new(host_bin)
@@ -594,6 +684,7 @@ pub fn run(root: &Path, host_bin: &Path, native: &Path, wasmtime: &Path) -> Resu
         .arg(host.guests.join("bench-guest.wasm"))
         .output();
 
+    let postgres = postgres_rows(&b)?;
     let kv_specs = [
         ("kv get", "kv-get", 20_000),
         ("kv set", "kv-set", 1_000),
@@ -957,6 +1048,18 @@ pub fn run(root: &Path, host_bin: &Path, native: &Path, wasmtime: &Path) -> Resu
         "",
         &depth_full,
     );
+    md.push_str("### Postgres engine — full durability\n\nThe Postgres engine on the throwaway PostgreSQL 15 server of the run (on this machine, over TCP on\nloopback, `synchronous_commit` on). **alk guest**: `alk-host run --store postgres://…?schema=S\ntarget/guests/bench-guest.wasm -- <op> <n> <tag>`; **direct**: the engine's own statements\n(`alk_store_postgres::sql`) from Rust with tokio-postgres on one connection with prepared statements, no guest, no\nhost, no pool: `target/debug/alk-bench op postgres-direct full <op> <n> <tag> postgres://…?schema=S`. Every run\nuses a fresh schema. **alk ÷ direct** is the host's overhead as a time ratio (direct ops/s over alk ops/s; 1.00 =\nnone). The 4-process row drains one preloaded queue, 100 messages per receive and one ack-batch each.\n\n| operation | processes | ops per run | alk guest ops/s | direct ops/s | alk ÷ direct |\n|---|---|---|---|---|---|\n");
+    for (label, n, procs, cells) in &postgres {
+        let ratio = cells[1][cells[1].len() / 2] / cells[0][cells[0].len() / 2];
+        writeln!(
+            md,
+            "| {label} | {procs} | {n} | {} | {} | {ratio:.2} |",
+            fmt_ops(&cells[0]),
+            fmt_ops(&cells[1])
+        )
+        .unwrap();
+    }
+    md.push('\n');
     md.push_str("### Mixed workload — several processes on one data directory\n\n");
     md.push_str("The soak's mix (`tests/shared/mix.rs`): worker processes receive one message at a time (a waiting receive) and\nacknowledge it; producer processes send one message per call for the given time; every 10th, 20th and 50th step\nalso sets a key, publishes to a stream, and takes and releases a lock. Every message is then checked to have been\nacknowledged exactly once. alk: `alk-host run --durability <d> target/guests/soak.wasm -- <role> …`; SQLite: the same\nsteps and statements from Rust on stock SQLite (`alk-bench mix sqlite <d> <role> …`; a worker with nothing to\nreceive polls every millisecond, as SQLite-based queues do). Messages/s: messages over the span from the first\nprocess start to the last exit (median of 3 runs, range in brackets). Latencies are per call inside each process:\nthe median of the workers' p50, the highest worker p99, and the slowest writing call of any process (the worst wait\nfor a writer). CPU: the processes' CPU time per 1,000 messages.\n\n| durability | processes | engine | messages/s | worker p50 | worker p99 | worst writer wait | CPU-s per 1,000 messages |\n|---|---|---|---|---|---|---|---|\n");
     for (durability, workers, producers, secs, alk, sqlite) in &mixes {

@@ -16,11 +16,17 @@
 //!   `filter` narrows the configurations by test name.
 //! - `bench`: builds the host and guests, runs the benchmarks and writes
 //!   `docs/benchmarks.md`.
+//! - `postgres`: starts a throwaway PostgreSQL server, prints its
+//!   `ALK_TEST_POSTGRES=<url>` and keeps it until Ctrl-C.
 //! - `vendor-turso [--check]`: fetches the published `turso_core`, applies
 //!   `vendor/turso_core.patch` and writes `vendor/turso_core/` (or checks
 //!   that it matches, file by file).
 //! - `vendor-wit [--check]`: copies the WASI 0.2 WIT of the pinned
 //!   `wasmtime-wasi` release into `wit/deps/` (or checks that it matches).
+//!
+//! `test`, `soak` and `bench` give their tests and benchmarks a PostgreSQL
+//! server in `ALK_TEST_POSTGRES`: the one it already names, else a
+//! throwaway cluster (`alk-pg-cluster`) that is removed when they end.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -44,11 +50,11 @@ fn main() -> ExitCode {
         Some("soak") => soak(&args[1..]),
         Some("vendor-wit") => vendor_wit(args.get(1).map(String::as_str) == Some("--check")),
         Some("vendor-turso") => vendor_turso(args.get(1).map(String::as_str) == Some("--check")),
-        Some("bench") => bench_tools()
-            .and_then(|(host, native, wasmtime)| bench::run(&root(), &host, &native, &wasmtime)),
+        Some("bench") => bench(),
+        Some("postgres") => postgres(),
         _ => {
             eprintln!(
-                "usage: cargo xtask <guests|demo|test [cargo test args…]|soak [runs] [seconds] [filter]|bench|vendor-wit [--check]>"
+                "usage: cargo xtask <guests|demo|test [cargo test args…]|soak [runs] [seconds] [filter]|bench|postgres|vendor-wit [--check]>"
             );
             return ExitCode::from(2);
         }
@@ -347,13 +353,50 @@ fn demo() -> Result<()> {
     Ok(())
 }
 
+/// The variable naming the PostgreSQL server tests and benchmarks use.
+const TEST_POSTGRES: &str = alk_pg_cluster::TEST_URL_VAR;
+
+/// The URL of the PostgreSQL server for tests and benchmarks: the one
+/// `ALK_TEST_POSTGRES` names, else a throwaway cluster's, which lives as long
+/// as the returned cluster.
+fn test_postgres() -> Result<(String, Option<alk_pg_cluster::Cluster>)> {
+    if let Some(url) = std::env::var(TEST_POSTGRES).ok().filter(|u| !u.is_empty()) {
+        eprintln!(
+            "xtask: PostgreSQL for the tests: {} (from {TEST_POSTGRES})",
+            server_of(&url)
+        );
+        return Ok((url, None));
+    }
+    let cluster = alk_pg_cluster::Cluster::start()
+        .map_err(|e| format!("cannot start the throwaway PostgreSQL server for the tests: {e}"))?;
+    eprintln!(
+        "xtask: PostgreSQL for the tests: 127.0.0.1:{} (throwaway, removed at the end)",
+        cluster.port()
+    );
+    Ok((cluster.url(), Some(cluster)))
+}
+
+/// The host and port of a PostgreSQL URL, without user and password.
+fn server_of(url: &str) -> &str {
+    let Some((_, rest)) = url.split_once("://") else {
+        // A key=value connection string: it may hold the password.
+        return "a server given as a connection string";
+    };
+    let authority = rest.split(['/', '?']).next().unwrap_or_default();
+    authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host)
+}
+
 fn test(extra: &[String]) -> Result<()> {
     let root = root();
     vendor_wit(true)?;
     vendor_turso(true)?;
+    let (postgres, _cluster) = test_postgres()?;
     let guests = guests()?;
     run(cargo()
         .current_dir(&root)
+        .env(TEST_POSTGRES, &postgres)
         .env("ALK_GUESTS", &guests)
         .env(
             "ALK_PYTHON",
@@ -375,14 +418,34 @@ fn soak(args: &[String]) -> Result<()> {
         .transpose()?
         .unwrap_or(20);
     let filter = args.get(2).map(String::as_str).unwrap_or("soak::");
+    let (postgres, _cluster) = test_postgres()?;
     let guests = guests()?;
     run(cargo()
         .current_dir(&root)
+        .env(TEST_POSTGRES, &postgres)
         .env("ALK_GUESTS", &guests)
         .env("ALK_SOAK_RUNS", runs)
         .env("ALK_SOAK_MS", (secs * 1000).to_string())
         .args(["test", "--workspace", "--test", "integration", filter, "--"])
         .args(["--test-threads", "1", "--nocapture"]))
+}
+
+fn bench() -> Result<()> {
+    let (host, native, wasmtime) = bench_tools()?;
+    let (postgres, _cluster) = test_postgres()?;
+    bench::run(&root(), &host, &native, &wasmtime, &postgres)
+}
+
+/// Starts a throwaway PostgreSQL server and keeps it until the process is
+/// interrupted (its watchdog then stops it and removes its data).
+fn postgres() -> Result<()> {
+    let cluster = alk_pg_cluster::Cluster::start()
+        .map_err(|e| format!("cannot start a throwaway PostgreSQL server: {e}"))?;
+    println!("{TEST_POSTGRES}={}", cluster.url());
+    eprintln!("xtask: press Ctrl-C to stop the server (its data is removed)");
+    loop {
+        std::thread::park();
+    }
 }
 
 /// The WASI packages alk's worlds build on, as vendored in `wit/deps/`.
@@ -524,4 +587,23 @@ fn files_under(dir: &Path) -> Result<std::collections::BTreeMap<String, Vec<u8>>
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::server_of;
+
+    #[test]
+    fn the_server_line_shows_no_password() {
+        assert_eq!(
+            server_of("postgres://alk:secret@127.0.0.1:5433/postgres"),
+            "127.0.0.1:5433"
+        );
+        assert_eq!(
+            server_of("postgresql://u:p@db.example:5432?sslmode=disable"),
+            "db.example:5432"
+        );
+        assert_eq!(server_of("postgres://localhost/alk"), "localhost");
+        assert!(!server_of("host=db password=secret").contains("secret"));
+    }
 }

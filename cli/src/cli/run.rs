@@ -4,7 +4,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use alk_host::{AlkCtx, Durability, RunOptions, RunStatus, Runner};
+use std::sync::Arc;
+
+use alk_host::{
+    AlkCtx, AlkError, Durability, PostgresEngine, PostgresOptions, RunOptions, RunStatus, Runner,
+};
 
 use super::CacheArgs;
 
@@ -23,9 +27,17 @@ pub struct RunCommand {
     /// The component to run (`.wasm`).
     component: PathBuf,
 
-    /// Where stores live. Created on first use of a capability, not before.
-    #[arg(long, value_name = "DIR", default_value = ".alk")]
-    data_dir: PathBuf,
+    /// Where stores live, on this machine [default: .alk]. Created on first
+    /// use of a capability, not before.
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+
+    /// Keep the stores in a PostgreSQL database instead, shared by hosts on
+    /// any number of machines: `postgres://user:password@host:port/db`, with
+    /// `?schema=NAME` (default `alk`) and `?pool_size=N` (default 8)
+    /// [default: $ALK_STORE when --data-dir is not given].
+    #[arg(long, value_name = "URL", conflicts_with = "data_dir")]
+    store: Option<String>,
 
     /// Set an environment variable for the guest (repeatable). The host's
     /// own environment is not passed on.
@@ -53,7 +65,9 @@ pub struct RunCommand {
     /// `relaxed`: written to the operating system; survives the process
     /// crashing or being killed, but the last writes before a power failure
     /// or kernel crash may be lost (the store stays consistent). Several
-    /// times faster for small writes.
+    /// times faster for small writes. On Postgres, `relaxed` turns the
+    /// sessions' `synchronous_commit` off, with the same meaning for the
+    /// database server.
     #[arg(long, value_enum, default_value = "full")]
     durability: DurabilityArg,
 
@@ -139,16 +153,28 @@ impl RunCommand {
             DurabilityArg::Full => Durability::Full,
             DurabilityArg::Relaxed => Durability::Relaxed,
         };
-        let alk = AlkCtx::builder()
-            .data_dir(self.data_dir)
-            .durability(durability)
-            .build();
+        let store = match (&self.data_dir, &self.store) {
+            (Some(_), _) => None,
+            (None, Some(url)) => Some(url.clone()),
+            (None, None) => std::env::var("ALK_STORE").ok().filter(|s| !s.is_empty()),
+        };
+        let data_dir = self.data_dir.unwrap_or_else(|| PathBuf::from(".alk"));
         let cache_dir = self.cache.dir();
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .build()?;
         let outcome = runtime.block_on(async {
+            let alk = match store {
+                None => AlkCtx::builder()
+                    .data_dir(data_dir)
+                    .durability(durability)
+                    .build(),
+                Some(url) => {
+                    let engine = connect(&url, durability).await?;
+                    AlkCtx::builder().engine(Arc::new(engine)).build()
+                }
+            };
             let runner = Runner::with_cache(cache_dir.as_deref())?;
             let component = runner.load(&self.component)?;
             runner.run(&component, &program, alk, &opts).await
@@ -157,6 +183,32 @@ impl RunCommand {
             eprintln!("alk-host: guest trapped: {msg}");
         }
         Ok(ExitCode::from(outcome.exit_code() as u8))
+    }
+}
+
+/// The Postgres engine of `--store` (or `$ALK_STORE`); an error that says
+/// what to fix, never with the password.
+async fn connect(url: &str, durability: Durability) -> wasmtime::Result<PostgresEngine> {
+    if !alk_host::is_postgres_url(url) {
+        wasmtime::bail!(
+            "--store {:?} is not a postgres:// URL (for a directory on this machine, use --data-dir)",
+            alk_host::redact_url(url)
+        );
+    }
+    let options = PostgresOptions::from_url(url)
+        .map_err(|e| wasmtime::format_err!("{}", bare(e)))?
+        .relaxed(matches!(durability, Durability::Relaxed));
+    PostgresEngine::connect(options)
+        .await
+        .map_err(|e| wasmtime::format_err!("{}", bare(e)))
+}
+
+/// An engine error without its kind's prefix ("store busy: "), which the
+/// message itself makes clear.
+fn bare(e: AlkError) -> String {
+    match e {
+        AlkError::Busy(m) | AlkError::InvalidArgument(m) => m,
+        other => other.to_string(),
     }
 }
 

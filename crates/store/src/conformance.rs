@@ -47,6 +47,7 @@ macro_rules! conformance_tests {
             lock_expiry_renewal_and_takeover_follow_the_clock,
             lock_wait_is_granted_at_release,
             notify_wakes_a_listener_attached_before,
+            payloads_round_trip_every_byte,
         );
     };
     (@cases $make:path; $($case:ident),* $(,)?) => {
@@ -578,6 +579,40 @@ pub async fn notify_wakes_a_listener_attached_before(engine: &dyn Engine) {
     ));
 }
 
+/// Message bodies, event payloads and values come back exactly as given:
+/// NUL, every byte value, and text beyond ASCII.
+pub async fn payloads_round_trip_every_byte(engine: &dyn Engine) {
+    let every: Vec<u8> = (0..=255u8).collect();
+    let kv = Bucket::open(engine, "bytes", KvLimits::default())
+        .await
+        .unwrap();
+    kv.set("every", &every, None, 0).await.unwrap();
+    assert_eq!(kv.get("every", 0).await.unwrap(), Some(every.clone()));
+    let q = Queue::open(engine, "bytes").await.unwrap();
+    let bodies = [
+        Payload::Text("a\0b\0".into()),
+        Payload::Text("\u{1}é\u{10FFFF}\r\n".into()),
+        Payload::Json("\"\\u0000 é\"".into()),
+    ];
+    for body in &bodies {
+        q.send(body, 0).await.unwrap();
+    }
+    let got = q.receive(10, Some(1_000), 0).await.unwrap();
+    let got: Vec<Payload> = got.into_iter().map(|d| d.payload).collect();
+    assert_eq!(got, bodies);
+    let streams = Streams::open(engine, StreamLimits::default())
+        .await
+        .unwrap();
+    streams
+        .publish("bytes", Some("k\u{e9}"), &every, 0)
+        .await
+        .unwrap();
+    let events = streams.read_since("bytes", 0, 10).await.unwrap();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].payload, every);
+    assert_eq!(events[0].key.as_deref(), Some("k\u{e9}"));
+}
+
 #[cfg(test)]
 mod memory_engine {
     use super::*;
@@ -591,3 +626,4 @@ mod memory_engine {
 
     crate::conformance_tests!(make);
 }
+

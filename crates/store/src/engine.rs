@@ -42,4 +42,10 @@ pub trait Engine: Send + Sync + 'static {
 
     /// Where the stores are, for messages (a directory, a database).
     fn describe(&self) -> String;
+
+    /// Finishes what the engine still does in the background for calls
+    /// that already returned (such as telling other hosts about a commit),
+    /// so that nothing is lost when the process exits next. Hosts call it
+    /// when a guest's run ends; bounded in time by each engine.
+    async fn flush(&self) {}
 }

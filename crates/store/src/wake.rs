@@ -46,6 +46,14 @@ pub trait WakeTransport: Send + Sync + 'static {
     /// when this process first waits or listens; an error leaves waiters to
     /// their fallback re-reads.
     fn start(&self, sink: WakeSink) -> std::io::Result<()>;
+
+    /// Resolves once every signal announced so far has been handed on (or
+    /// given up on). A host calls it before it exits, so that a signal
+    /// from its last moments is not lost with the process. Transports that
+    /// hand signals on before `announce` returns need not implement it.
+    fn flush(&self) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>> {
+        Box::pin(std::future::ready(()))
+    }
 }
 
 /// A transport for stores that one process alone uses (nothing to carry).
@@ -208,6 +216,12 @@ impl Wakes {
             t.wake();
         }
         self.inner.transport.announce(topic);
+    }
+
+    /// Resolves once every signal announced so far has been handed to the
+    /// other processes (see [`WakeTransport::flush`]).
+    pub fn flush(&self) -> impl Future<Output = ()> + Send + 'static {
+        self.inner.transport.flush()
     }
 
     /// Topics this process knows (for tests).

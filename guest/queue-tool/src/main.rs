@@ -15,6 +15,12 @@
 //! - `drain <q> <min-ms> <max-ms>`: receives and acks, printing
 //!   `got <payload> <attempt>`, for at least `min-ms` and then until a
 //!   receive comes back empty (or `max-ms` is up); finally `drained <n>`
+//! - `work <q> <batch> <visibility-ms> <idle-ms>`: receives and acks like
+//!   `consume`, riding out store failures: a failed call prints
+//!   `error <variant>` and is tried again (an ack until it succeeds, or
+//!   until its receipt is stale: `stale <payload>`). Prints
+//!   `got <payload> <attempt>` and `acked <payload>`; stops after `idle-ms`
+//!   of empty receives, printing `done <acked>`
 //!
 //! An alk error is printed as `error: <variant>` with exit status 1.
 
@@ -36,7 +42,7 @@ fn main() {
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
     if a.len() < 2 {
         eprintln!(
-            "usage: queue-tool <send|send-json|receive|ack|nack|purge|produce|consume|hold|drain> <queue> …"
+            "usage: queue-tool <send|send-json|receive|ack|nack|purge|produce|consume|hold|drain|work> <queue> …"
         );
         std::process::exit(2);
     }
@@ -141,6 +147,58 @@ fn main() {
                 }
             }
             writeln!(out, "drained {n}").unwrap();
+        }
+        ["work", _, batch, vis, idle] => {
+            let (batch, vis, idle) = (
+                num(batch) as u32,
+                num(vis),
+                Duration::from_millis(num(idle)),
+            );
+            let variant = |e: &alk_guest::Error| {
+                // `Error::Busy("…")` or `Busy("…")` → `busy`.
+                let text = format!("{e:?}");
+                let head = text.split(['(', ' ', '{']).next().unwrap_or_default();
+                head.rsplit("::").next().unwrap_or_default().to_lowercase()
+            };
+            let mut idle_since = Instant::now();
+            let mut acked = 0;
+            while idle_since.elapsed() < idle {
+                let got = match q.receive(batch, Some(vis)) {
+                    Ok(got) => got,
+                    Err(e) => {
+                        writeln!(out, "error {}", variant(&e)).unwrap();
+                        std::thread::sleep(Duration::from_millis(50));
+                        idle_since = Instant::now();
+                        continue;
+                    }
+                };
+                if got.is_empty() {
+                    std::thread::sleep(Duration::from_millis(20));
+                    continue;
+                }
+                idle_since = Instant::now();
+                for m in got {
+                    writeln!(out, "got {} {}", body(&m), m.attempt).unwrap();
+                    loop {
+                        match q.ack(&m.receipt) {
+                            Ok(()) => {
+                                writeln!(out, "acked {}", body(&m)).unwrap();
+                                acked += 1;
+                                break;
+                            }
+                            Err(alk_guest::Error::StaleReceipt(_)) => {
+                                writeln!(out, "stale {}", body(&m)).unwrap();
+                                break;
+                            }
+                            Err(e) => {
+                                writeln!(out, "error {}", variant(&e)).unwrap();
+                                std::thread::sleep(Duration::from_millis(50));
+                            }
+                        }
+                    }
+                }
+            }
+            writeln!(out, "done {acked}").unwrap();
         }
         _ => {
             eprintln!("queue-tool: unknown command or wrong arguments: {a:?}");

@@ -1,0 +1,290 @@
+//! Buckets: rows of `kv`, keyed by bucket and key in byte order.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use alk_store::AlkResult;
+use alk_store::kv::KvEngine;
+use async_trait::async_trait;
+
+use crate::{Inner, sql};
+
+/// One bucket.
+pub(crate) struct PgBucket {
+    inner: Arc<Inner>,
+    name: String,
+    get: String,
+    delete_expired: String,
+    get_many: String,
+    delete_expired_many: String,
+    put: String,
+    put_if_absent: String,
+    delete: String,
+    scan_range: String,
+    scan_from: String,
+}
+
+impl PgBucket {
+    pub(crate) fn new(inner: Arc<Inner>, name: &str) -> PgBucket {
+        let s = &inner.sql;
+        PgBucket {
+            get: s.get(sql::KV_GET),
+            delete_expired: s.get(sql::KV_DELETE_EXPIRED),
+            get_many: s.get(sql::KV_GET_MANY),
+            delete_expired_many: s.get(sql::KV_DELETE_EXPIRED_MANY),
+            put: s.get(sql::KV_PUT),
+            put_if_absent: s.get(sql::KV_PUT_IF_ABSENT),
+            delete: s.get(sql::KV_DELETE),
+            scan_range: s.get(sql::KV_SCAN_RANGE),
+            scan_from: s.get(sql::KV_SCAN_FROM),
+            name: name.to_string(),
+            inner,
+        }
+    }
+}
+
+fn live(expires_at: Option<i64>, now: i64) -> bool {
+    !matches!(expires_at, Some(at) if at <= now)
+}
+
+/// The first string after every string that starts with `prefix`, in
+/// byte (= code point) order: the prefix with its last character moved to
+/// the next code point (dropping trailing U+10FFFF). `None` when there is
+/// no such string (the empty prefix, or only U+10FFFF characters).
+pub(crate) fn prefix_end(prefix: &str) -> Option<String> {
+    let mut chars: Vec<char> = prefix.chars().collect();
+    while let Some(last) = chars.pop() {
+        let next = match last as u32 {
+            0xD7FF => Some('\u{E000}'),
+            c => char::from_u32(c + 1),
+        };
+        if let Some(next) = next {
+            chars.push(next);
+            return Some(chars.into_iter().collect());
+        }
+    }
+    None
+}
+
+#[async_trait]
+impl KvEngine for PgBucket {
+    async fn get(&self, key: &str, now: i64) -> AlkResult<Option<Vec<u8>>> {
+        let now = self.inner.clock.to_db(now);
+        let (bucket, get, delete_expired) = (&self.name, &self.get, &self.delete_expired);
+        self.inner
+            .run(|c| {
+                Box::pin(async move {
+                    let stmt = c.prepare_cached(get).await?;
+                    let Some(row) = c.query_opt(&stmt, &[bucket, &key]).await? else {
+                        return Ok(None);
+                    };
+                    let expires_at: Option<i64> = row.try_get(1)?;
+                    if live(expires_at, now) {
+                        return Ok(Some(row.try_get::<_, Vec<u8>>(0)?));
+                    }
+                    let stmt = c.prepare_cached(delete_expired).await?;
+                    c.execute(&stmt, &[bucket, &key, &now]).await?;
+                    Ok(None)
+                })
+            })
+            .await
+    }
+
+    async fn get_many(
+        &self,
+        keys: &[String],
+        now: i64,
+        max_bytes: usize,
+    ) -> AlkResult<Vec<Option<Vec<u8>>>> {
+        let now = self.inner.clock.to_db(now);
+        let (bucket, get_many, delete_expired) =
+            (&self.name, &self.get_many, &self.delete_expired_many);
+        let found = self
+            .inner
+            .run(|c| {
+                Box::pin(async move {
+                    let stmt = c.prepare_cached(get_many).await?;
+                    let mut found: HashMap<String, Vec<u8>> = HashMap::new();
+                    let mut expired: Vec<String> = Vec::new();
+                    for row in c.query(&stmt, &[bucket, &keys]).await? {
+                        let expires_at: Option<i64> = row.try_get(2)?;
+                        if live(expires_at, now) {
+                            found.insert(row.try_get(0)?, row.try_get(1)?);
+                        } else {
+                            expired.push(row.try_get(0)?);
+                        }
+                    }
+                    if !expired.is_empty() {
+                        let stmt = c.prepare_cached(delete_expired).await?;
+                        c.execute(&stmt, &[bucket, &expired, &now]).await?;
+                    }
+                    Ok(found)
+                })
+            })
+            .await?;
+        let mut out = Vec::with_capacity(keys.len());
+        let mut bytes = 0;
+        for key in keys {
+            let v = found.get(key).cloned();
+            if let Some(v) = &v {
+                if !out.is_empty() && bytes + v.len() > max_bytes {
+                    break;
+                }
+                bytes += v.len();
+            }
+            out.push(v);
+        }
+        Ok(out)
+    }
+
+    async fn set(&self, key: &str, value: &[u8], expires_at: Option<i64>) -> AlkResult<()> {
+        self.set_many(&[(key.to_string(), value.to_vec())], expires_at)
+            .await
+    }
+
+    async fn set_many(
+        &self,
+        entries: &[(String, Vec<u8>)],
+        expires_at: Option<i64>,
+    ) -> AlkResult<()> {
+        let expires_at = expires_at.map(|t| self.inner.clock.to_db(t));
+        // One statement may not touch a row twice: the last write of a key
+        // wins, as if the entries were applied in order.
+        let mut last: HashMap<&str, usize> = HashMap::new();
+        for (i, (k, _)) in entries.iter().enumerate() {
+            last.insert(k, i);
+        }
+        let mut keys: Vec<&str> = Vec::with_capacity(last.len());
+        let mut values: Vec<&[u8]> = Vec::with_capacity(last.len());
+        for (i, (k, v)) in entries.iter().enumerate() {
+            if last[k.as_str()] == i {
+                keys.push(k);
+                values.push(v);
+            }
+        }
+        let (bucket, put, keys, values) = (&self.name, &self.put, &keys, &values);
+        self.inner
+            .run(|c| {
+                Box::pin(async move {
+                    let stmt = c.prepare_cached(put).await?;
+                    c.execute(&stmt, &[bucket, keys, values, &expires_at])
+                        .await?;
+                    Ok(())
+                })
+            })
+            .await
+    }
+
+    async fn set_if_absent(
+        &self,
+        key: &str,
+        value: &[u8],
+        expires_at: Option<i64>,
+        now: i64,
+    ) -> AlkResult<bool> {
+        let expires_at = expires_at.map(|t| self.inner.clock.to_db(t));
+        let now = self.inner.clock.to_db(now);
+        let (bucket, put) = (&self.name, &self.put_if_absent);
+        self.inner
+            .run(|c| {
+                Box::pin(async move {
+                    let stmt = c.prepare_cached(put).await?;
+                    let won = c
+                        .query_opt(&stmt, &[bucket, &key, &value, &expires_at, &now])
+                        .await?;
+                    Ok(won.is_some())
+                })
+            })
+            .await
+    }
+
+    async fn delete(&self, key: &str) -> AlkResult<()> {
+        let (bucket, delete) = (&self.name, &self.delete);
+        self.inner
+            .run(|c| {
+                Box::pin(async move {
+                    let stmt = c.prepare_cached(delete).await?;
+                    c.execute(&stmt, &[bucket, &key]).await?;
+                    Ok(())
+                })
+            })
+            .await
+    }
+
+    async fn scan_prefix(
+        &self,
+        prefix: &str,
+        skip: u64,
+        limit: usize,
+        now: i64,
+        max_bytes: usize,
+    ) -> AlkResult<(Vec<(String, Vec<u8>)>, bool)> {
+        let now = self.inner.clock.to_db(now);
+        let end = prefix_end(prefix);
+        let skip = i64::try_from(skip).unwrap_or(i64::MAX);
+        // One row more than asked tells whether there is more.
+        let fetch = limit as i64 + 1;
+        let bucket = &self.name;
+        let (scan_range, scan_from, end) = (&self.scan_range, &self.scan_from, &end);
+        let rows = self
+            .inner
+            .run(|c| {
+                Box::pin(async move {
+                    let rows = match end {
+                        Some(end) => {
+                            let stmt = c.prepare_cached(scan_range).await?;
+                            c.query(&stmt, &[bucket, &prefix, end, &now, &skip, &fetch])
+                                .await?
+                        }
+                        None => {
+                            let stmt = c.prepare_cached(scan_from).await?;
+                            c.query(&stmt, &[bucket, &prefix, &now, &skip, &fetch])
+                                .await?
+                        }
+                    };
+                    let mut out: Vec<(String, Vec<u8>)> = Vec::new();
+                    for row in rows {
+                        out.push((row.try_get(0)?, row.try_get(1)?));
+                    }
+                    Ok(out)
+                })
+            })
+            .await?;
+        let mut entries = Vec::new();
+        let mut bytes = 0;
+        for (k, v) in rows {
+            if entries.len() == limit || (!entries.is_empty() && bytes + v.len() > max_bytes) {
+                return Ok((entries, true));
+            }
+            bytes += v.len();
+            entries.push((k, v));
+        }
+        Ok((entries, false))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::prefix_end;
+
+    #[test]
+    fn the_end_of_a_prefix_range_is_the_next_code_point() {
+        assert_eq!(prefix_end(""), None);
+        assert_eq!(prefix_end("ab").as_deref(), Some("ac"));
+        assert_eq!(prefix_end("a\u{7f}").as_deref(), Some("a\u{80}"));
+        assert_eq!(prefix_end("a\u{D7FF}").as_deref(), Some("a\u{E000}"));
+        assert_eq!(prefix_end("a\u{10FFFF}").as_deref(), Some("b"));
+        assert_eq!(prefix_end("\u{10FFFF}"), None);
+        for p in ["ab", "a\u{7f}", "é", "a\u{10FFFF}"] {
+            let end = prefix_end(p).unwrap();
+            for k in [
+                p.to_string(),
+                format!("{p}\u{10FFFF}\u{10FFFF}"),
+                format!("{p}zzz"),
+            ] {
+                assert!(k.as_bytes() < end.as_bytes(), "{k:?} !< {end:?}");
+            }
+            assert!(p.as_bytes() < end.as_bytes());
+        }
+    }
+}

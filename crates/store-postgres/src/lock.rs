@@ -1,0 +1,125 @@
+//! Locks: one row per name in `locks`, kept after release so its fencing
+//! token only grows, whichever host takes the lock next.
+
+use std::sync::Arc;
+
+use alk_store::AlkResult;
+use alk_store::lock::{Acquired, Holder, LockEngine};
+use async_trait::async_trait;
+
+use crate::{Inner, sql};
+
+/// The locks of a schema.
+pub(crate) struct PgLocks {
+    inner: Arc<Inner>,
+    acquire: String,
+    renew: String,
+    release: String,
+    holder: String,
+}
+
+impl PgLocks {
+    pub(crate) fn new(inner: Arc<Inner>) -> PgLocks {
+        let s = &inner.sql;
+        PgLocks {
+            acquire: s.get(sql::L_ACQUIRE),
+            renew: s.get(sql::L_RENEW),
+            release: s.get(sql::L_RELEASE),
+            holder: s.get(sql::L_HOLDER),
+            inner,
+        }
+    }
+
+    /// Runs RENEW or RELEASE; whether it changed the row.
+    async fn change(&self, sql: &str, lock: &Acquired, extra: &[i64]) -> AlkResult<bool> {
+        let token = i64::try_from(lock.token).unwrap_or(i64::MAX);
+        let (name, owner) = (&lock.name, &lock.owner);
+        self.inner
+            .run(|c| {
+                Box::pin(async move {
+                    let stmt = c.prepare_cached(sql).await?;
+                    let changed = match extra {
+                        [a] => c.execute(&stmt, &[name, owner, &token, a]).await?,
+                        [a, b] => c.execute(&stmt, &[name, owner, &token, a, b]).await?,
+                        _ => unreachable!("RENEW takes two times, RELEASE one"),
+                    };
+                    Ok(changed == 1)
+                })
+            })
+            .await
+    }
+}
+
+#[async_trait]
+impl LockEngine for PgLocks {
+    async fn acquire(
+        &self,
+        name: &str,
+        owner: &str,
+        now: i64,
+        expires_at: i64,
+    ) -> AlkResult<Option<u64>> {
+        let now = self.inner.clock.to_db(now);
+        let expires_at = self.inner.clock.to_db(expires_at);
+        let sql = &self.acquire;
+        self.inner
+            .run(|c| {
+                Box::pin(async move {
+                    let stmt = c.prepare_cached(sql).await?;
+                    Ok(
+                        match c
+                            .query_opt(&stmt, &[&name, &owner, &now, &expires_at])
+                            .await?
+                        {
+                            Some(row) => {
+                                Some(u64::try_from(row.try_get::<_, i64>(0)?).unwrap_or(0))
+                            }
+                            None => None,
+                        },
+                    )
+                })
+            })
+            .await
+    }
+
+    async fn renew(&self, lock: &Acquired, expires_at: i64, now: i64) -> AlkResult<bool> {
+        let clock = &self.inner.clock;
+        self.change(
+            &self.renew,
+            lock,
+            &[clock.to_db(expires_at), clock.to_db(now)],
+        )
+        .await
+    }
+
+    async fn release(&self, lock: &Acquired, now: i64) -> AlkResult<bool> {
+        let now = self.inner.clock.to_db(now);
+        self.change(&self.release, lock, &[now]).await
+    }
+
+    async fn holder(&self, name: &str, now: i64) -> AlkResult<Option<Holder>> {
+        let now = self.inner.clock.to_db(now);
+        let sql = &self.holder;
+        let found = self
+            .inner
+            .run(|c| {
+                Box::pin(async move {
+                    let stmt = c.prepare_cached(sql).await?;
+                    Ok(match c.query_opt(&stmt, &[&name, &now]).await? {
+                        Some(row) => Some((
+                            row.try_get::<_, String>(0)?,
+                            row.try_get::<_, i64>(1)?,
+                            row.try_get::<_, i64>(2)?,
+                        )),
+                        None => None,
+                    })
+                })
+            })
+            .await?;
+        Ok(found.map(|(owner, expires_at, token)| Holder {
+            owner,
+            expires_at: self.inner.clock.to_host(expires_at),
+            token: u64::try_from(token).unwrap_or(0),
+        }))
+    }
+}

@@ -1,0 +1,325 @@
+//! Streams: rows of `events`, offsets from the stream's row in `streams`
+//! (locked until commit, so offsets of one stream become visible in order),
+//! consumer offsets in `consumer_offsets`; transactions on one pooled
+//! connection.
+
+use std::sync::Arc;
+
+use alk_store::stream::{Event, StreamEngine, StreamTxEngine, TxFailure};
+use alk_store::{AlkError, AlkResult};
+use async_trait::async_trait;
+use deadpool_postgres::GenericClient;
+use deadpool_postgres::Object;
+
+use crate::{Fail, Inner, describe_pg, sql};
+
+/// The statements of the stream store, for one schema.
+struct Statements {
+    publish: String,
+    read: String,
+    last: String,
+    save: String,
+    get_offset: String,
+    trim: String,
+}
+
+/// The streams of a schema.
+pub(crate) struct PgStreams {
+    inner: Arc<Inner>,
+    sql: Arc<Statements>,
+}
+
+impl PgStreams {
+    pub(crate) fn new(inner: Arc<Inner>) -> PgStreams {
+        let s = &inner.sql;
+        let sql = Arc::new(Statements {
+            publish: s.get(sql::S_PUBLISH),
+            read: s.get(sql::S_READ),
+            last: s.get(sql::S_LAST),
+            save: s.get(sql::S_SAVE),
+            get_offset: s.get(sql::S_GET_OFFSET),
+            trim: s.get(sql::S_TRIM),
+        });
+        PgStreams { inner, sql }
+    }
+}
+
+fn offset(v: i64) -> u64 {
+    u64::try_from(v).unwrap_or(0)
+}
+
+fn to_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// Appends `events` to `stream` at `now` (database time); their offsets.
+async fn publish_on<C: GenericClient + Sync>(
+    c: &C,
+    sql: &str,
+    stream: &str,
+    events: &[(Option<&str>, &[u8])],
+    now: i64,
+) -> Result<Vec<u64>, tokio_postgres::Error> {
+    let count = events.len() as i64;
+    let keys: Vec<Option<&str>> = events.iter().map(|(k, _)| *k).collect();
+    let payloads: Vec<&[u8]> = events.iter().map(|(_, p)| *p).collect();
+    let stmt = c.prepare_cached(sql).await?;
+    let rows = c
+        .query(&stmt, &[&stream, &count, &keys, &payloads, &now])
+        .await?;
+    let mut offsets = rows
+        .iter()
+        .map(|r| r.try_get::<_, i64>(0).map(offset))
+        .collect::<Result<Vec<u64>, _>>()?;
+    offsets.sort_unstable();
+    Ok(offsets)
+}
+
+/// Saves an offset unless it is beyond the stream's last: `Ok(Err(…))` is
+/// that refusal, made before anything was written.
+async fn save_on<C: GenericClient + Sync>(
+    c: &C,
+    sql: &Statements,
+    stream: &str,
+    consumer: &str,
+    to: u64,
+) -> Result<Result<(), AlkError>, tokio_postgres::Error> {
+    let stmt = c.prepare_cached(&sql.last).await?;
+    let last = match c.query_opt(&stmt, &[&stream]).await? {
+        Some(row) => offset(row.try_get(0)?),
+        None => 0,
+    };
+    if to > last {
+        return Ok(Err(AlkError::InvalidArgument(format!(
+            "offset {to} is beyond the last offset {last} of stream {stream:?}"
+        ))));
+    }
+    let stmt = c.prepare_cached(&sql.save).await?;
+    c.execute(&stmt, &[&stream, &consumer, &to_i64(to)]).await?;
+    Ok(Ok(()))
+}
+
+#[async_trait]
+impl StreamEngine for PgStreams {
+    async fn publish(
+        &self,
+        stream: &str,
+        key: Option<&str>,
+        payload: &[u8],
+        now: i64,
+    ) -> AlkResult<u64> {
+        let now = self.inner.clock.to_db(now);
+        let sql = &self.sql.publish;
+        let offsets = self
+            .inner
+            .run(|c| {
+                Box::pin(
+                    async move { Ok(publish_on(&c, sql, stream, &[(key, payload)], now).await?) },
+                )
+            })
+            .await?;
+        offsets
+            .first()
+            .copied()
+            .ok_or_else(|| AlkError::Internal("publish returned no offset".into()))
+    }
+
+    async fn publish_batch(
+        &self,
+        stream: &str,
+        events: &[(Option<String>, Vec<u8>)],
+        now: i64,
+    ) -> AlkResult<Vec<u64>> {
+        let now = self.inner.clock.to_db(now);
+        let events: Vec<(Option<&str>, &[u8])> = events
+            .iter()
+            .map(|(k, p)| (k.as_deref(), p.as_slice()))
+            .collect();
+        let (sql, events) = (&self.sql.publish, &events);
+        self.inner
+            .run(|c| Box::pin(async move { Ok(publish_on(&c, sql, stream, events, now).await?) }))
+            .await
+    }
+
+    async fn read_since(
+        &self,
+        stream: &str,
+        after: u64,
+        limit: u32,
+        max_bytes: usize,
+    ) -> AlkResult<Vec<Event>> {
+        let (sql, after, limit) = (&self.sql.read, to_i64(after), i64::from(limit));
+        let clock = self.inner.clock.clone();
+        let clock = &clock;
+        self.inner
+            .run(|c| {
+                Box::pin(async move {
+                    let stmt = c.prepare_cached(sql).await?;
+                    let mut out: Vec<Event> = Vec::new();
+                    let mut bytes = 0;
+                    for row in c.query(&stmt, &[&stream, &after, &limit]).await? {
+                        let payload: Vec<u8> = row.try_get(2)?;
+                        if !out.is_empty() && bytes + payload.len() > max_bytes {
+                            break;
+                        }
+                        bytes += payload.len();
+                        out.push(Event {
+                            offset: offset(row.try_get(0)?),
+                            stream: stream.to_string(),
+                            key: row.try_get(1)?,
+                            payload,
+                            created_at: clock.to_host(row.try_get(3)?),
+                        });
+                    }
+                    Ok(out)
+                })
+            })
+            .await
+    }
+
+    async fn save_offset(&self, stream: &str, consumer: &str, to: u64) -> AlkResult<()> {
+        let sql = &*self.sql;
+        self.inner
+            .run(|c| Box::pin(async move { Ok(save_on(&c, sql, stream, consumer, to).await?) }))
+            .await?
+    }
+
+    async fn get_offset(&self, stream: &str, consumer: &str) -> AlkResult<Option<u64>> {
+        let sql = &self.sql.get_offset;
+        self.inner
+            .run(|c| {
+                Box::pin(async move {
+                    let stmt = c.prepare_cached(sql).await?;
+                    Ok(match c.query_opt(&stmt, &[&stream, &consumer]).await? {
+                        Some(row) => Some(offset(row.try_get(0)?)),
+                        None => None,
+                    })
+                })
+            })
+            .await
+    }
+
+    async fn trim_to(&self, stream: &str, horizon: u64) -> AlkResult<u64> {
+        let (sql, horizon) = (&self.sql.trim, to_i64(horizon));
+        self.inner
+            .run(|c| {
+                Box::pin(async move {
+                    let stmt = c.prepare_cached(sql).await?;
+                    Ok(c.execute(&stmt, &[&stream, &horizon]).await?)
+                })
+            })
+            .await
+    }
+
+    async fn begin(&self) -> AlkResult<Box<dyn StreamTxEngine>> {
+        let conn = self.inner.conn().await?;
+        if let Err(e) = conn.batch_execute("BEGIN").await {
+            // The connection's state is unknown: it never goes back.
+            drop(Object::take(conn));
+            return Err(self.inner.error(Fail::Pg(e)));
+        }
+        Ok(Box::new(PgTx {
+            inner: self.inner.clone(),
+            sql: self.sql.clone(),
+            conn: Some(conn),
+        }))
+    }
+}
+
+/// An open transaction on its own pooled connection. A connection leaves
+/// the transaction by `COMMIT` or `ROLLBACK` before it goes back to the
+/// pool; one whose transaction is abandoned (dropped, or failed) is closed
+/// instead, which makes the server roll back.
+struct PgTx {
+    inner: Arc<Inner>,
+    sql: Arc<Statements>,
+    conn: Option<Object>,
+}
+
+impl PgTx {
+    /// The connection, or the failure of a transaction already over.
+    fn conn(&self) -> Result<&Object, TxFailure> {
+        self.conn
+            .as_ref()
+            .ok_or_else(|| TxFailure::Failed("the transaction is over".into()))
+    }
+
+    /// Ends the transaction after a failed statement (closing the
+    /// connection rolls it back) and says why.
+    fn failed(&mut self, e: tokio_postgres::Error) -> TxFailure {
+        if let Some(conn) = self.conn.take() {
+            drop(Object::take(conn));
+        }
+        TxFailure::Failed(format!("postgres: {}", describe_pg(&e)))
+    }
+}
+
+impl Drop for PgTx {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            drop(Object::take(conn));
+        }
+    }
+}
+
+#[async_trait]
+impl StreamTxEngine for PgTx {
+    async fn publish(
+        &mut self,
+        stream: &str,
+        key: Option<&str>,
+        payload: &[u8],
+        now: i64,
+    ) -> Result<u64, TxFailure> {
+        let now = self.inner.clock.to_db(now);
+        let result = {
+            let conn = self.conn()?;
+            publish_on(conn, &self.sql.publish, stream, &[(key, payload)], now).await
+        };
+        match result {
+            Ok(offsets) => offsets
+                .first()
+                .copied()
+                .ok_or_else(|| TxFailure::Failed("publish returned no offset".into())),
+            Err(e) => Err(self.failed(e)),
+        }
+    }
+
+    async fn save_offset(
+        &mut self,
+        stream: &str,
+        consumer: &str,
+        to: u64,
+    ) -> Result<(), TxFailure> {
+        let result = {
+            let conn = self.conn()?;
+            save_on(conn, &self.sql, stream, consumer, to).await
+        };
+        match result {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(refused)) => Err(TxFailure::Refused(refused)),
+            Err(e) => Err(self.failed(e)),
+        }
+    }
+
+    async fn commit(mut self: Box<Self>) -> Result<(), String> {
+        let Some(conn) = self.conn.take() else {
+            return Err("the transaction is over".into());
+        };
+        match conn.batch_execute("COMMIT").await {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                drop(Object::take(conn));
+                Err(format!("postgres: {}", describe_pg(&e)))
+            }
+        }
+    }
+
+    async fn rollback(mut self: Box<Self>) {
+        if let Some(conn) = self.conn.take()
+            && conn.batch_execute("ROLLBACK").await.is_err()
+        {
+            drop(Object::take(conn));
+        }
+    }
+}

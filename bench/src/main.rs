@@ -76,7 +76,12 @@ fn main() {
                 )),
                 "sqlite" => sqlite(op, n, tag, Path::new(dir), relaxed),
                 // The last argument is a postgres:// URL here.
-                "postgres-direct" => runtime.block_on(pg::direct(op, n, tag, dir, relaxed)),
+                // Like `alk-host run --store`: a single-threaded runtime.
+                "postgres-direct" => tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap()
+                    .block_on(pg::direct(op, n, tag, dir, relaxed)),
                 other => panic!("unknown engine {other}"),
             };
             println!("ops {done} {elapsed} {start} {end}");

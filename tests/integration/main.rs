@@ -12,6 +12,7 @@ mod hostile;
 mod kv_clock;
 mod lock_processes;
 mod multiprocess;
+mod postgres_cli;
 mod postgres_fault;
 mod queue_processes;
 mod soak;

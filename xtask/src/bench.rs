@@ -465,6 +465,9 @@ fn capability_rows(
     Ok(rows)
 }
 
+/// Runs per Postgres measurement (each side).
+const PG_RUNS: usize = 7;
+
 /// A Postgres row: label, operations per run, processes, the guest's and
 /// the direct runs.
 type PgRow = (String, usize, usize, Vec<Vec<f64>>);
@@ -475,9 +478,9 @@ type PgRow = (String, usize, usize, Vec<Vec<f64>>);
 fn postgres_rows(b: &Bench) -> Result<Vec<PgRow>> {
     let mut rows = Vec::new();
     for (label, op, n, procs) in [
-        ("kv get", "kv-get", 5_000, 1),
-        ("kv set", "kv-set", 1_000, 1),
-        ("queue send", "queue-send", 1_000, 1),
+        ("kv get", "kv-get", 10_000, 1),
+        ("kv set", "kv-set", 2_000, 1),
+        ("queue send", "queue-send", 2_000, 1),
         (
             "queue receive + ack, batch 1 (messages)",
             "queue-recv-ack-1",
@@ -494,9 +497,19 @@ fn postgres_rows(b: &Bench) -> Result<Vec<PgRow>> {
         eprintln!("bench: postgres {label} ({procs} process(es))");
         let preload = (op == "queue-drain-100").then_some(("queue-preload", n));
         let per_proc = if preload.is_some() { 0 } else { n };
-        let mut cells = Vec::new();
-        for engine in [Engine::AlkPostgres, Engine::PostgresDirect] {
-            cells.push(b.runs(engine, false, op, per_proc, procs, preload)?);
+        // The two sides take turns, run by run: a slow stretch of the
+        // machine (or of the server) lands on both.
+        let mut cells = vec![Vec::new(), Vec::new()];
+        for _ in 0..PG_RUNS {
+            for (i, engine) in [Engine::AlkPostgres, Engine::PostgresDirect]
+                .iter()
+                .enumerate()
+            {
+                cells[i].push(b.measure(*engine, false, op, per_proc, procs, preload)?);
+            }
+        }
+        for c in &mut cells {
+            c.sort_by(|a, b| a.partial_cmp(b).unwrap());
         }
         rows.push((label.to_string(), n, procs, cells));
     }
@@ -1048,7 +1061,7 @@ pub fn run(
         "",
         &depth_full,
     );
-    md.push_str("### Postgres engine — full durability\n\nThe Postgres engine on the throwaway PostgreSQL 15 server of the run (on this machine, over TCP on\nloopback, `synchronous_commit` on). **alk guest**: `alk-host run --store postgres://…?schema=S\ntarget/guests/bench-guest.wasm -- <op> <n> <tag>`; **direct**: the engine's own statements\n(`alk_store_postgres::sql`) from Rust with tokio-postgres on one connection with prepared statements, no guest, no\nhost, no pool: `target/debug/alk-bench op postgres-direct full <op> <n> <tag> postgres://…?schema=S`. Every run\nuses a fresh schema. **alk ÷ direct** is the host's overhead as a time ratio (direct ops/s over alk ops/s; 1.00 =\nnone). The 4-process row drains one preloaded queue, 100 messages per receive and one ack-batch each.\n\n| operation | processes | ops per run | alk guest ops/s | direct ops/s | alk ÷ direct |\n|---|---|---|---|---|---|\n");
+    md.push_str(&"### Postgres engine — full durability\n\nThe Postgres engine on the throwaway PostgreSQL 15 server of the run (on this machine, over TCP on\nloopback, `synchronous_commit` on). **alk guest**: `alk-host run --store postgres://…?schema=S\ntarget/guests/bench-guest.wasm -- <op> <n> <tag>`; **direct**: the engine's own statements\n(`alk_store_postgres::sql`) from Rust with tokio-postgres on one connection with prepared statements, no guest, no\nhost, no pool: `target/debug/alk-bench op postgres-direct full <op> <n> <tag> postgres://…?schema=S`. Both sides run\non a single-threaded tokio runtime (what `alk-host run --store` uses). Every run\nuses a fresh schema; the two sides take turns, {PG_RUNS} runs each (median, slowest–fastest). **alk ÷ direct** is the\nhost's overhead as a time ratio (direct ops/s over alk ops/s; 1.00 = none). The 4-process row drains one preloaded\nqueue, 100 messages per receive and one ack-batch each. The throwaway server runs with `fsync = off` (it is a test\nserver): commits do not wait for the disk, so the figures show the cost of the host and of the statements rather than\nof this machine's disk.\n\n| operation | processes | ops per run | alk guest ops/s | direct ops/s | alk ÷ direct |\n|---|---|---|---|---|---|\n".replace("{PG_RUNS}", &PG_RUNS.to_string()));
     for (label, n, procs, cells) in &postgres {
         let ratio = cells[1][cells[1].len() / 2] / cells[0][cells[0].len() / 2];
         writeln!(

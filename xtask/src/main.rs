@@ -394,16 +394,18 @@ fn test(extra: &[String]) -> Result<()> {
     vendor_turso(true)?;
     let (postgres, _cluster) = test_postgres()?;
     let guests = guests()?;
-    run(cargo()
-        .current_dir(&root)
-        .env(TEST_POSTGRES, &postgres)
+    let mut cmd = cargo();
+    cmd.current_dir(&root)
         .env("ALK_GUESTS", &guests)
         .env(
             "ALK_PYTHON",
             std::env::var("PYTHON").unwrap_or_else(|_| "python3".into()),
         )
         .args(["test", "--workspace"])
-        .args(extra))
+        .args(extra);
+    // Shown before the server's URL is added: it carries a password.
+    eprintln!("xtask: running {cmd:?} with {TEST_POSTGRES} set");
+    run_quiet(cmd.env(TEST_POSTGRES, &postgres))
 }
 
 fn soak(args: &[String]) -> Result<()> {
@@ -420,14 +422,15 @@ fn soak(args: &[String]) -> Result<()> {
     let filter = args.get(2).map(String::as_str).unwrap_or("soak::");
     let (postgres, _cluster) = test_postgres()?;
     let guests = guests()?;
-    run(cargo()
-        .current_dir(&root)
-        .env(TEST_POSTGRES, &postgres)
+    let mut cmd = cargo();
+    cmd.current_dir(&root)
         .env("ALK_GUESTS", &guests)
         .env("ALK_SOAK_RUNS", runs)
         .env("ALK_SOAK_MS", (secs * 1000).to_string())
         .args(["test", "--workspace", "--test", "integration", filter, "--"])
-        .args(["--test-threads", "1", "--nocapture"]))
+        .args(["--test-threads", "1", "--nocapture"]);
+    eprintln!("xtask: running {cmd:?} with {TEST_POSTGRES} set");
+    run_quiet(cmd.env(TEST_POSTGRES, &postgres))
 }
 
 fn bench() -> Result<()> {

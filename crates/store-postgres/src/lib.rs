@@ -29,6 +29,7 @@ use alk_store::wake::Wakes;
 use alk_store::{AlkError, AlkResult, Engine};
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
+use futures::FutureExt;
 use tokio_postgres::NoTls;
 
 mod kv;
@@ -360,7 +361,22 @@ impl Inner {
         let mut tries = 0;
         loop {
             let conn = self.conn().await?;
-            match op(conn).await {
+            // A panic inside the client (or a statement's decoding) fails
+            // this call, not the host; the connection it held is dropped.
+            let outcome = std::panic::AssertUnwindSafe(op(conn))
+                .catch_unwind()
+                .await
+                .unwrap_or_else(|panic| {
+                    let what = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_default();
+                    Err(Fail::Alk(AlkError::Internal(format!(
+                        "the postgres client failed: {what}"
+                    ))))
+                });
+            match outcome {
                 Ok(v) => return Ok(v),
                 Err(e) if retryable(&e) && tries < RETRIES => {
                     tries += 1;

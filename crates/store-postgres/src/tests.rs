@@ -449,3 +449,34 @@ async fn clocks_that_agree_within_the_noise_are_not_corrected() {
     assert_eq!(e.inner.clock.to_db(1_000), 1_000);
     assert_eq!(e.inner.clock.to_host(1_000), 1_000);
 }
+
+/// Rows an operator broke by hand are `internal` errors naming what is
+/// wrong; the engine neither panics nor guesses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_that_break_the_schema_are_internal_errors_naming_them() {
+    let schema = fresh_schema();
+    let e = engine(&schema).await;
+    let q = Queue::open(&e, "broken").await.unwrap();
+    q.send(&Payload::Text("fine".into()), 0).await.unwrap();
+    raw()
+        .await
+        .batch_execute(&format!(
+            "UPDATE {schema}.messages SET payload_data = '\\xff00'::bytea"
+        ))
+        .await
+        .unwrap();
+    match q.receive(1, Some(1_000), 0).await {
+        Err(AlkError::Internal(m)) => {
+            assert!(m.contains("\"broken\"") && m.contains("message 1"), "{m}")
+        }
+        other => panic!("{other:?}"),
+    }
+    // The database refuses what would break the schema's own rules.
+    let refused = raw()
+        .await
+        .batch_execute(&format!(
+            "UPDATE {schema}.messages SET payload_type = 'xml'"
+        ))
+        .await;
+    assert!(refused.is_err());
+}

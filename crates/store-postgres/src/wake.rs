@@ -4,8 +4,9 @@
 //! Every topic this host signals is sent as the payload of a notification
 //! on the schema's channel (`alk_wake_<schema>`; topics are far below the
 //! 8000-byte payload limit); every notification from another session is
-//! delivered to this host's waiters. Signals are batched: whatever piled up
-//! while one `NOTIFY` round trip ran goes in the next. The host's own
+//! delivered to this host's waiters. Signals are batched: one `NOTIFY`
+//! statement at most every millisecond carries every topic signalled since
+//! the last one (each distinct topic once). The host's own
 //! notifications come back on the same connection and are ignored by the
 //! sender's backend id.
 //!
@@ -137,6 +138,10 @@ fn deliver(sink: &Mutex<Option<WakeSink>>, topic: Option<&str>) {
     }
 }
 
+/// The shortest time between two NOTIFY statements of one host: signals
+/// that come closer together share one.
+const NOTIFY_WINDOW: Duration = Duration::from_millis(1);
+
 /// Longest pause between reconnection attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
@@ -197,6 +202,7 @@ async fn run(
             deliver(&sink, None);
         }
         backoff = Duration::from_millis(50);
+        let mut last_notify: Option<tokio::time::Instant> = None;
         let mut tick = tokio::time::interval(Duration::from_secs(60));
         tick.tick().await;
         loop {
@@ -211,6 +217,13 @@ async fn run(
                         driver.abort();
                         return;
                     };
+                    // At most one NOTIFY per window: a host committing in a
+                    // tight loop sends one notification for many commits
+                    // (each is a commit on the server), at the price of up
+                    // to one window of extra wake latency.
+                    if let Some(at) = last_notify {
+                        tokio::time::sleep_until(at + NOTIFY_WINDOW).await;
+                    }
                     // Everything waiting goes in one round trip; flushes
                     // are answered after it.
                     let (mut topics, mut flushes) = (Vec::new(), Vec::new());
@@ -224,6 +237,9 @@ async fn run(
                         if topics.len() < 256 {
                             next = outbox.try_recv().ok();
                         }
+                    }
+                    if !topics.is_empty() {
+                        last_notify = Some(tokio::time::Instant::now());
                     }
                     let sent = topics.is_empty()
                         || client.execute(sql::NOTIFY, &[&channel, &topics]).await.map_err(|e| {

@@ -626,4 +626,3 @@ mod memory_engine {
 
     crate::conformance_tests!(make);
 }
-

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use alk_store::AlkResult;
 use alk_store::kv::KvEngine;
+use alk_store::limits::page;
 use async_trait::async_trait;
 
 use crate::{Inner, sql};
@@ -122,19 +123,9 @@ impl KvEngine for PgBucket {
                 })
             })
             .await?;
-        let mut out = Vec::with_capacity(keys.len());
-        let mut bytes = 0;
-        for key in keys {
-            let v = found.get(key).cloned();
-            if let Some(v) = &v {
-                if !out.is_empty() && bytes + v.len() > max_bytes {
-                    break;
-                }
-                bytes += v.len();
-            }
-            out.push(v);
-        }
-        Ok(out)
+        let values = keys.iter().map(|k| found.get(k).cloned());
+        let size = |v: &Option<Vec<u8>>| v.as_ref().map_or(0, Vec::len);
+        Ok(page(values, size, usize::MAX, max_bytes).0)
     }
 
     async fn set(&self, key: &str, value: &[u8], expires_at: Option<i64>) -> AlkResult<()> {
@@ -250,16 +241,7 @@ impl KvEngine for PgBucket {
                 })
             })
             .await?;
-        let mut entries = Vec::new();
-        let mut bytes = 0;
-        for (k, v) in rows {
-            if entries.len() == limit || (!entries.is_empty() && bytes + v.len() > max_bytes) {
-                return Ok((entries, true));
-            }
-            bytes += v.len();
-            entries.push((k, v));
-        }
-        Ok((entries, false))
+        Ok(page(rows, |(_, v)| v.len(), limit, max_bytes))
     }
 }
 

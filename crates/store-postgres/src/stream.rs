@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use alk_store::limits::page;
 use alk_store::stream::{Event, StreamEngine, StreamTxEngine, TxFailure};
 use alk_store::{AlkError, AlkResult};
 use async_trait::async_trait;
@@ -155,23 +156,17 @@ impl StreamEngine for PgStreams {
             .run(|c| {
                 Box::pin(async move {
                     let stmt = c.prepare_cached(sql).await?;
-                    let mut out: Vec<Event> = Vec::new();
-                    let mut bytes = 0;
+                    let mut events: Vec<Event> = Vec::new();
                     for row in c.query(&stmt, &[&stream, &after, &limit]).await? {
-                        let payload: Vec<u8> = row.try_get(2)?;
-                        if !out.is_empty() && bytes + payload.len() > max_bytes {
-                            break;
-                        }
-                        bytes += payload.len();
-                        out.push(Event {
+                        events.push(Event {
                             offset: offset(row.try_get(0)?),
                             stream: stream.to_string(),
                             key: row.try_get(1)?,
-                            payload,
+                            payload: row.try_get(2)?,
                             created_at: clock.to_host(row.try_get(3)?),
                         });
                     }
-                    Ok(out)
+                    Ok(page(events, |e| e.payload.len(), usize::MAX, max_bytes).0)
                 })
             })
             .await

@@ -85,6 +85,29 @@ pub const MAX_BATCH: usize = 1000;
 /// a next cursor and asks again for the rest.
 pub const MAX_READ_BYTES: usize = 16 * 1024 * 1024;
 
+/// What a read of many returns in one answer: the first of `items`, at
+/// most `limit`, and after the first only while their sizes (`size`) stay
+/// within `max_bytes` in all ([`MAX_READ_BYTES`]). `true` when some were
+/// left for the next answer. Engines page their reads of many this way.
+pub fn page<T>(
+    items: impl IntoIterator<Item = T>,
+    size: impl Fn(&T) -> usize,
+    limit: usize,
+    max_bytes: usize,
+) -> (Vec<T>, bool) {
+    let mut out = Vec::new();
+    let mut bytes = 0usize;
+    for item in items {
+        let n = size(&item);
+        if out.len() == limit || (!out.is_empty() && bytes.saturating_add(n) > max_bytes) {
+            return (out, true);
+        }
+        bytes += n;
+        out.push(item);
+    }
+    (out, false)
+}
+
 /// The most entries one scan page returns; larger limits are clamped so a
 /// guest cannot make the host buffer an unbounded page.
 pub const MAX_SCAN_LIMIT: u32 = 1000;

@@ -13,6 +13,7 @@ use tokio::sync::OwnedMutexGuard;
 use crate::engine::Engine;
 use crate::error::{AlkError, AlkResult};
 use crate::kv::KvEngine;
+use crate::limits::page;
 use crate::lock::{Acquired, Holder, LockEngine};
 use crate::queue::{Delivery, Payload, QueueEngine, Settled};
 use crate::stream::{Event, StreamEngine, StreamTxEngine, TxFailure};
@@ -116,19 +117,12 @@ impl KvEngine for MemBucket {
         now: i64,
         max_bytes: usize,
     ) -> AlkResult<Vec<Option<Vec<u8>>>> {
-        let mut out = Vec::new();
-        let mut bytes = 0;
+        let mut values = Vec::with_capacity(keys.len());
         for key in keys {
-            let v = self.get(key, now).await?;
-            if let Some(v) = &v {
-                if !out.is_empty() && bytes + v.len() > max_bytes {
-                    break;
-                }
-                bytes += v.len();
-            }
-            out.push(v);
+            values.push(self.get(key, now).await?);
         }
-        Ok(out)
+        let size = |v: &Option<Vec<u8>>| v.as_ref().map_or(0, Vec::len);
+        Ok(page(values, size, usize::MAX, max_bytes).0)
     }
 
     async fn set(&self, key: &str, value: &[u8], expires_at: Option<i64>) -> AlkResult<()> {
@@ -177,21 +171,13 @@ impl KvEngine for MemBucket {
         max_bytes: usize,
     ) -> AlkResult<(Vec<(String, Vec<u8>)>, bool)> {
         let map = lock(&self.0);
-        let mut entries: Vec<(String, Vec<u8>)> = Vec::new();
-        let mut bytes = 0;
         let live_matches = map
             .range(prefix.to_string()..)
             .take_while(|(k, _)| k.starts_with(prefix))
             .filter(|(_, (_, at))| live(*at, now))
-            .skip(skip as usize);
-        for (k, (v, _)) in live_matches {
-            if entries.len() == limit || (!entries.is_empty() && bytes + v.len() > max_bytes) {
-                return Ok((entries, true));
-            }
-            bytes += v.len();
-            entries.push((k.clone(), v.clone()));
-        }
-        Ok((entries, false))
+            .skip(skip as usize)
+            .map(|(k, (v, _))| (k.clone(), v.clone()));
+        Ok(page(live_matches, |(_, v)| v.len(), limit, max_bytes))
     }
 }
 
@@ -438,22 +424,11 @@ impl StreamEngine for MemStreams {
         max_bytes: usize,
     ) -> AlkResult<Vec<Event>> {
         let s = self.state.lock().await;
-        let mut out: Vec<Event> = Vec::new();
-        let mut bytes = 0;
-        if let Some(events) = s.events.get(stream) {
-            for e in events
-                .range(offset + 1..)
-                .map(|(_, e)| e)
-                .take(limit as usize)
-            {
-                if !out.is_empty() && bytes + e.payload.len() > max_bytes {
-                    break;
-                }
-                bytes += e.payload.len();
-                out.push(e.clone());
-            }
-        }
-        Ok(out)
+        let Some(events) = s.events.get(stream) else {
+            return Ok(Vec::new());
+        };
+        let after = events.range(offset + 1..).map(|(_, e)| e.clone());
+        Ok(page(after, |e| e.payload.len(), limit as usize, max_bytes).0)
     }
 
     async fn save_offset(&self, stream: &str, consumer: &str, offset: u64) -> AlkResult<()> {

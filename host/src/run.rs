@@ -222,6 +222,15 @@ impl Runner {
                 store.set_epoch_deadline(1);
                 store.epoch_deadline_async_yield_and_update(1);
             }
+            None if single_threaded() => {
+                // One thread runs the guest and the engine's background work
+                // (transaction watchdogs, wakes, connections): a guest that
+                // computes without calling the host yields every 10 ticks
+                // (100 ms), so that work is never held up for longer.
+                self.start_ticker();
+                store.set_epoch_deadline(10);
+                store.epoch_deadline_async_yield_and_update(10);
+            }
             None => {
                 // No limit: the epoch may tick for other runs of this
                 // runner; this guest then yields to the executor now and
@@ -266,6 +275,12 @@ impl Runner {
             stderr: stderr.map(|p| p.contents().to_vec()).unwrap_or_default(),
         })
     }
+}
+
+/// Whether the calling task runs on a single-threaded tokio runtime.
+fn single_threaded() -> bool {
+    tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread)
 }
 
 /// The run reached its time limit.

@@ -114,3 +114,49 @@ fn a_server_restart_mid_run_loses_nothing_and_the_hosts_carry_on() {
         deliveries.values().filter(|d| d.len() > 1).count()
     );
 }
+
+/// A guest that computes forever inside a stream transaction shares its
+/// host's one thread with the transaction's watchdog: it is made to yield,
+/// so the transaction is rolled back on time and another host's publish
+/// to the same stream goes through.
+#[test]
+fn a_guest_computing_inside_a_transaction_is_rolled_back_on_time() {
+    use std::io::{BufRead, BufReader};
+    let store = Store::postgres();
+    let mut holder = spawn_guest(&store, "misbehave", &["publish-then-loop", "s"]);
+    let line = BufReader::new(holder.stdout.take().unwrap())
+        .lines()
+        .next()
+        .expect("the holder printed nothing")
+        .unwrap();
+    assert_eq!(line, "holding");
+    // Waits for the held transaction; bounded, so a regression fails
+    // instead of hanging.
+    let out = run_cli(
+        "stream-tool",
+        &store,
+        &["--timeout", "60"],
+        &["publish", "s", "1", "after"],
+    );
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert_eq!(text(&out.stdout).trim(), "published 1");
+    // The held event was rolled back with its offset.
+    let out = run_cli(
+        "stream-tool",
+        &store,
+        &[],
+        &["follow", "s", "c", "1", "10000"],
+    );
+    assert!(
+        text(&out.stdout).contains("ev 1 after-0"),
+        "{}",
+        text(&out.stdout)
+    );
+}

@@ -3,12 +3,12 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use alk_store::AlkResult;
 use alk_store::kv::KvEngine;
 use alk_store::limits::page;
+use alk_store::{AlkError, AlkResult};
 use async_trait::async_trait;
 
-use crate::{Inner, sql};
+use crate::{Fail, Inner, sql};
 
 /// One bucket.
 pub(crate) struct PgBucket {
@@ -100,19 +100,30 @@ impl KvEngine for PgBucket {
         let now = self.inner.clock.to_db(now);
         let (bucket, get_many, delete_expired) =
             (&self.name, &self.get_many, &self.delete_expired_many);
+        let cap = i64::try_from(max_bytes).unwrap_or(i64::MAX);
+        // Per asked key: its size (0 when absent or expired) and its value
+        // when the server sent it (within the cap).
         let found = self
             .inner
             .run(|c| {
                 Box::pin(async move {
                     let stmt = c.prepare_cached(get_many).await?;
-                    let mut found: HashMap<String, Vec<u8>> = HashMap::new();
-                    let mut expired: Vec<String> = Vec::new();
-                    for row in c.query(&stmt, &[bucket, &keys]).await? {
-                        let expires_at: Option<i64> = row.try_get(2)?;
-                        if live(expires_at, now) {
-                            found.insert(row.try_get(0)?, row.try_get(1)?);
+                    let mut found: Vec<(usize, Option<Vec<u8>>)> = vec![(0, None); keys.len()];
+                    let mut expired: Vec<&str> = Vec::new();
+                    for row in c.query(&stmt, &[bucket, &keys, &now, &cap]).await? {
+                        let ord: i64 = row.try_get(0)?;
+                        let at = usize::try_from(ord - 1).ok().filter(|i| *i < keys.len());
+                        let Some(at) = at else {
+                            return Err(Fail::Alk(AlkError::Internal(format!(
+                                "get-many returned position {ord} of {} keys",
+                                keys.len()
+                            ))));
+                        };
+                        if row.try_get::<_, bool>(3)? {
+                            expired.push(&keys[at]);
                         } else {
-                            expired.push(row.try_get(0)?);
+                            let size: i64 = row.try_get(1)?;
+                            found[at] = (usize::try_from(size).unwrap_or(0), row.try_get(2)?);
                         }
                     }
                     if !expired.is_empty() {
@@ -123,9 +134,17 @@ impl KvEngine for PgBucket {
                 })
             })
             .await?;
-        let values = keys.iter().map(|k| found.get(k).cloned());
-        let size = |v: &Option<Vec<u8>>| v.as_ref().map_or(0, Vec::len);
-        Ok(page(values, size, usize::MAX, max_bytes).0)
+        let (answer, _) = page(found, |(size, _)| *size, usize::MAX, max_bytes);
+        answer
+            .into_iter()
+            .map(|(size, value)| match value {
+                Some(v) => Ok(Some(v)),
+                None if size == 0 => Ok(None),
+                None => Err(AlkError::Internal(
+                    "get-many: the server left out a value within the read cap".into(),
+                )),
+            })
+            .collect()
     }
 
     async fn set(&self, key: &str, value: &[u8], expires_at: Option<i64>) -> AlkResult<()> {
@@ -145,14 +164,17 @@ impl KvEngine for PgBucket {
         for (i, (k, _)) in entries.iter().enumerate() {
             last.insert(k, i);
         }
-        let mut keys: Vec<&str> = Vec::with_capacity(last.len());
-        let mut values: Vec<&[u8]> = Vec::with_capacity(last.len());
-        for (i, (k, v)) in entries.iter().enumerate() {
-            if last[k.as_str()] == i {
-                keys.push(k);
-                values.push(v);
-            }
-        }
+        // In key order: two batches over the same keys lock their rows in
+        // the same order, so they never deadlock.
+        let mut chosen: Vec<(&str, &[u8])> = entries
+            .iter()
+            .enumerate()
+            .filter(|(i, (k, _))| last[k.as_str()] == *i)
+            .map(|(_, (k, v))| (k.as_str(), v.as_slice()))
+            .collect();
+        chosen.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+        let keys: Vec<&str> = chosen.iter().map(|(k, _)| *k).collect();
+        let values: Vec<&[u8]> = chosen.iter().map(|(_, v)| *v).collect();
         let (bucket, put, keys, values) = (&self.name, &self.put, &keys, &values);
         self.inner
             .run(|c| {
@@ -217,6 +239,7 @@ impl KvEngine for PgBucket {
         let fetch = limit as i64 + 1;
         let bucket = &self.name;
         let (scan_range, scan_from, end) = (&self.scan_range, &self.scan_from, &end);
+        let cap = i64::try_from(max_bytes).unwrap_or(i64::MAX);
         let rows = self
             .inner
             .run(|c| {
@@ -224,24 +247,40 @@ impl KvEngine for PgBucket {
                     let rows = match end {
                         Some(end) => {
                             let stmt = c.prepare_cached(scan_range).await?;
-                            c.query(&stmt, &[bucket, &prefix, end, &now, &skip, &fetch])
+                            c.query(&stmt, &[bucket, &prefix, end, &now, &skip, &fetch, &cap])
                                 .await?
                         }
                         None => {
                             let stmt = c.prepare_cached(scan_from).await?;
-                            c.query(&stmt, &[bucket, &prefix, &now, &skip, &fetch])
+                            c.query(&stmt, &[bucket, &prefix, &now, &skip, &fetch, &cap])
                                 .await?
                         }
                     };
-                    let mut out: Vec<(String, Vec<u8>)> = Vec::new();
+                    let mut out: Vec<(String, usize, Option<Vec<u8>>)> = Vec::new();
                     for row in rows {
-                        out.push((row.try_get(0)?, row.try_get(1)?));
+                        let size: i64 = row.try_get(1)?;
+                        out.push((
+                            row.try_get(0)?,
+                            usize::try_from(size).unwrap_or(0),
+                            row.try_get(2)?,
+                        ));
                     }
                     Ok(out)
                 })
             })
             .await?;
-        Ok(page(rows, |(_, v)| v.len(), limit, max_bytes))
+        let (taken, more) = page(rows, |(_, size, _)| *size, limit, max_bytes);
+        let entries = taken
+            .into_iter()
+            .map(|(k, _, v)| {
+                v.map(|v| (k, v)).ok_or_else(|| {
+                    AlkError::Internal(
+                        "scan: the server left out a value within the read cap".into(),
+                    )
+                })
+            })
+            .collect::<AlkResult<Vec<_>>>()?;
+        Ok((entries, more))
     }
 }
 

@@ -66,18 +66,35 @@ impl std::fmt::Debug for PostgresOptions {
     }
 }
 
-/// `url` with its password replaced by `***` (for messages).
+/// `url` with its passwords replaced by `***` (for messages): the one
+/// after the user name, and any `password=` parameter.
 pub fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (url, None),
     };
-    let (auth, tail) = match rest.rfind('@') {
-        Some(at) => (&rest[..at], &rest[at..]),
-        None => return url.to_string(),
+    let base = match base.split_once("://") {
+        Some((scheme, rest)) => match rest.rfind('@') {
+            Some(at) => match rest[..at].split_once(':') {
+                Some((user, _)) => format!("{scheme}://{user}:***{}", &rest[at..]),
+                None => base.to_string(),
+            },
+            None => base.to_string(),
+        },
+        None => base.to_string(),
     };
-    match auth.split_once(':') {
-        Some((user, _)) => format!("{scheme}://{user}:***{tail}"),
-        None => url.to_string(),
+    match query {
+        None => base,
+        Some(q) => {
+            let params: Vec<String> = q
+                .split('&')
+                .map(|p| match p.split_once('=') {
+                    Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
+                    _ => p.to_string(),
+                })
+                .collect();
+            format!("{base}?{}", params.join("&"))
+        }
     }
 }
 
@@ -146,6 +163,8 @@ impl PostgresOptions {
         config.connect_timeout(connect_timeout);
         config.keepalives(true);
         config.keepalives_idle(Duration::from_secs(30));
+        config.keepalives_interval(Duration::from_secs(10));
+        config.keepalives_retries(3);
         if config.get_application_name().is_none() {
             config.application_name("alk-host");
         }
@@ -333,7 +352,7 @@ impl Inner {
                         c.starts_with("08")
                             || c.starts_with("53")
                             || c.starts_with("57P")
-                            || matches!(c, "40001" | "40P01" | "55P03")
+                            || matches!(c, "40001" | "40P01" | "55P03" | "57014")
                     }
                     None => {
                         e.is_closed()
@@ -530,8 +549,8 @@ async fn migrate(inner: &Inner, conn: &mut Object, schema: &str) -> AlkResult<()
             let rows = tx.query(&inner.sql.get(sql::READ_META), &[]).await?;
             let get = |k: &str| {
                 rows.iter()
-                    .find(|r| r.get::<_, &str>(0) == k)
-                    .map(|r| r.get::<_, String>(1))
+                    .find(|r| r.try_get::<_, Option<&str>>(0).ok().flatten() == Some(k))
+                    .and_then(|r| r.try_get::<_, Option<String>>(1).ok().flatten())
             };
             let format = get("format");
             let version = get("version");
@@ -577,8 +596,9 @@ async fn migrate(inner: &Inner, conn: &mut Object, schema: &str) -> AlkResult<()
         )),
         // A `meta` table of another shape: not alk's.
         Err(Fail::Pg(e))
-            if e.code()
-                .is_some_and(|c| matches!(c.code(), "42703" | "42804" | "42883")) =>
+            if e.code().is_some_and(|c| {
+                matches!(c.code(), "42703" | "42804" | "42883" | "22P02" | "42846")
+            }) =>
         {
             Err(refuse(
                 None,
@@ -636,6 +656,13 @@ mod options_tests {
             "postgres://u:***@h:5432/db?schema=x"
         );
         assert_eq!(redact("postgres://h/db"), "postgres://h/db");
+        assert_eq!(
+            redact("postgres://u@h/db?password=s3cret&pool_size=0"),
+            "postgres://u@h/db?password=***&pool_size=0"
+        );
+        let e =
+            PostgresOptions::from_url("postgres://u@h/db?password=s3cret&pool_size=0").unwrap_err();
+        assert!(!e.to_string().contains("s3cret"), "{e}");
         let e = PostgresOptions::from_url("postgres://u:s3cret@h:5432/db?schema=Bad").unwrap_err();
         assert!(!e.to_string().contains("s3cret"), "{e}");
         let e = PostgresOptions::from_url("postgres://u:s3cret@h:notaport/db").unwrap_err();

@@ -113,7 +113,13 @@ fn payload_of(queue: &str, id: i64, kind: &str, data: Vec<u8>) -> Result<Payload
 #[async_trait]
 impl QueueEngine for PgQueue {
     async fn send(&self, payload: &Payload, now: i64) -> AlkResult<i64> {
-        Ok(self.send_batch(std::slice::from_ref(payload), now).await?[0])
+        self.send_batch(std::slice::from_ref(payload), now)
+            .await?
+            .first()
+            .copied()
+            .ok_or_else(|| {
+                AlkError::Internal(format!("queue {:?}: a send returned no id", self.name))
+            })
     }
 
     async fn send_batch(&self, payloads: &[Payload], now: i64) -> AlkResult<Vec<i64>> {
@@ -183,8 +189,12 @@ impl QueueEngine for PgQueue {
 
     async fn ack_batch(&self, receipts: &[String]) -> AlkResult<Vec<Settled>> {
         let parsed: Vec<Option<(i64, Uuid)>> = receipts.iter().map(|r| parse_receipt(r)).collect();
-        let ids: Vec<i64> = parsed.iter().flatten().map(|(id, _)| *id).collect();
-        let uuids: Vec<Uuid> = parsed.iter().flatten().map(|(_, u)| *u).collect();
+        // In id order: batches over the same messages lock them in the same
+        // order, so they never deadlock.
+        let mut pairs: Vec<(i64, Uuid)> = parsed.iter().flatten().copied().collect();
+        pairs.sort_unstable();
+        let ids: Vec<i64> = pairs.iter().map(|(id, _)| *id).collect();
+        let uuids: Vec<Uuid> = pairs.iter().map(|(_, u)| *u).collect();
         if ids.is_empty() {
             return Ok(vec![Settled::Gone; receipts.len()]);
         }

@@ -88,7 +88,8 @@ JOIN pg_namespace AS n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relk
 /// Whether a schema exists.
 pub const SCHEMA_EXISTS: &str = "SELECT 1 FROM pg_namespace WHERE nspname = $1";
 /// The marker rows.
-pub const READ_META: &str = "SELECT key, value FROM alk.meta WHERE key IN ('format', 'version')";
+pub const READ_META: &str =
+    "SELECT key::text, value::text FROM alk.meta WHERE key::text IN ('format', 'version')";
 /// Records the version a migration reached.
 pub const SET_VERSION: &str = "UPDATE alk.meta SET value = $1 WHERE key = 'version'";
 /// The database's clock, epoch milliseconds.
@@ -102,9 +103,15 @@ pub const KV_DELETE_EXPIRED: &str =
 /// Lazily deletes the expired keys among several found by a read.
 pub const KV_DELETE_EXPIRED_MANY: &str =
     "DELETE FROM alk.kv WHERE bucket = $1 AND key = ANY($2) AND expires_at <= $3";
-/// Several keys at once (rows in no particular order).
-pub const KV_GET_MANY: &str =
-    "SELECT key, value, expires_at FROM alk.kv WHERE bucket = $1 AND key = ANY($2)";
+/// Several keys at once, in the order asked (`ord`, from 1), with each
+/// value's size; a value itself only while the sizes of the live values up
+/// to it stay within `$4` bytes (or it is the first): what a read of many
+/// returns in one answer is cut here, so values past the cap never leave
+/// the server.
+pub const KV_GET_MANY: &str = "SELECT ord, size, CASE WHEN running <= $4 OR running = size THEN value END, expired FROM (\
+SELECT r.ord, length(k.value)::bigint AS size, k.value, k.expires_at <= $3 IS TRUE AS expired, \
+sum(CASE WHEN k.expires_at <= $3 THEN 0 ELSE length(k.value) END) OVER (ORDER BY r.ord ROWS UNBOUNDED PRECEDING) AS running \
+FROM unnest($2::text[]) WITH ORDINALITY AS r(key, ord) JOIN alk.kv AS k ON k.bucket = $1 AND k.key = r.key) AS sized ORDER BY ord";
 /// Unconditional upsert of keys `$2` with values `$3` (one key once).
 pub const KV_PUT: &str = "INSERT INTO alk.kv (bucket, key, value, expires_at) \
 SELECT $1, t.key, t.value, $4 FROM unnest($2::text[], $3::bytea[]) AS t(key, value) \
@@ -116,13 +123,18 @@ expires_at = EXCLUDED.expires_at WHERE cur.expires_at <= $5 RETURNING 1";
 /// Deletes a key.
 pub const KV_DELETE: &str = "DELETE FROM alk.kv WHERE bucket = $1 AND key = $2";
 /// Live keys in `[$2, $3)` in byte order (the range of a prefix), after
-/// skipping `$5`, at most `$6`.
-pub const KV_SCAN_RANGE: &str = "SELECT key, value FROM alk.kv WHERE bucket = $1 AND key >= $2 AND key < $3 \
-AND (expires_at IS NULL OR expires_at > $4) ORDER BY key OFFSET $5 LIMIT $6";
-/// Every live key from `$2` on (the empty prefix), after skipping `$4`, at
-/// most `$5`.
-pub const KV_SCAN_FROM: &str = "SELECT key, value FROM alk.kv WHERE bucket = $1 AND key >= $2 \
-AND (expires_at IS NULL OR expires_at > $3) ORDER BY key OFFSET $4 LIMIT $5";
+/// skipping `$5`, at most `$6`, with each value's size; a value itself only
+/// while the sizes up to it stay within `$7` bytes (or it is the first).
+pub const KV_SCAN_RANGE: &str = "SELECT key, size, CASE WHEN running <= $7 OR running = size THEN value END FROM (\
+SELECT key, value, length(value)::bigint AS size, sum(length(value)) OVER (ORDER BY key ROWS UNBOUNDED PRECEDING) AS running \
+FROM (SELECT key, value FROM alk.kv WHERE bucket = $1 AND key >= $2 AND key < $3 \
+AND (expires_at IS NULL OR expires_at > $4) ORDER BY key OFFSET $5 LIMIT $6) AS page) AS sized ORDER BY key";
+/// [`KV_SCAN_RANGE`] from `$2` on, without an upper end (the empty
+/// prefix): now `$3`, skip `$4`, at most `$5`, cap `$6`.
+pub const KV_SCAN_FROM: &str = "SELECT key, size, CASE WHEN running <= $6 OR running = size THEN value END FROM (\
+SELECT key, value, length(value)::bigint AS size, sum(length(value)) OVER (ORDER BY key ROWS UNBOUNDED PRECEDING) AS running \
+FROM (SELECT key, value FROM alk.kv WHERE bucket = $1 AND key >= $2 \
+AND (expires_at IS NULL OR expires_at > $3) ORDER BY key OFFSET $4 LIMIT $5) AS page) AS sized ORDER BY key";
 
 /// Appends messages: `$2` of them, kinds `$3`, bodies `$4`, sent at `$5`.
 /// The queue's counter row hands out the ids and stays locked until commit,
@@ -167,9 +179,13 @@ ON CONFLICT (stream) DO UPDATE SET last_offset = s.last_offset + $2 RETURNING la
 INSERT INTO alk.events (stream, seq, key, payload, created_at) \
 SELECT $1, n.last_offset - $2 + t.ord, t.key, t.payload, $5 FROM n, \
 unnest($3::text[], $4::bytea[]) WITH ORDINALITY AS t(key, payload, ord) RETURNING seq";
-/// Events after an offset, in offset order.
-pub const S_READ: &str = "SELECT seq, key, payload, created_at FROM alk.events \
-WHERE stream = $1 AND seq > $2 ORDER BY seq LIMIT $3";
+/// Events after an offset, in offset order, at most `$3`, with each
+/// payload's size; a payload itself only while the sizes up to it stay
+/// within `$4` bytes (or it is the first).
+pub const S_READ: &str = "SELECT seq, key, size, CASE WHEN running <= $4 OR running = size THEN payload END, created_at FROM (\
+SELECT seq, key, payload, created_at, length(payload)::bigint AS size, \
+sum(length(payload)) OVER (ORDER BY seq ROWS UNBOUNDED PRECEDING) AS running \
+FROM (SELECT seq, key, payload, created_at FROM alk.events WHERE stream = $1 AND seq > $2 ORDER BY seq LIMIT $3) AS page) AS sized ORDER BY seq";
 /// The highest offset ever assigned in a stream.
 pub const S_LAST: &str = "SELECT last_offset FROM alk.streams WHERE stream = $1";
 /// Saves a consumer's offset unless that would move it back.
@@ -180,6 +196,12 @@ pub const S_GET_OFFSET: &str =
     "SELECT seq FROM alk.consumer_offsets WHERE stream = $1 AND consumer = $2";
 /// Deletes the events at or below a horizon.
 pub const S_TRIM: &str = "DELETE FROM alk.events WHERE stream = $1 AND seq <= $2";
+
+/// Serializes the stream transactions of a schema (`$1` =
+/// `alk-stream-tx:<schema>`) until commit or rollback, as the file engine's
+/// store lock does: two transactions never wait for each other's streams
+/// in opposite orders (a deadlock the server would break by aborting one).
+pub const S_TX_LOCK: &str = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))";
 
 /// Takes a lock that is free or expired at `$3`, until `$4`; its new token.
 pub const L_ACQUIRE: &str = "INSERT INTO alk.locks AS l (name, owner, token, acquired_at, expires_at) \
@@ -231,6 +253,7 @@ pub const STATEMENTS: &[(&str, &str)] = &[
     ("S_SAVE", S_SAVE),
     ("S_GET_OFFSET", S_GET_OFFSET),
     ("S_TRIM", S_TRIM),
+    ("S_TX_LOCK", S_TX_LOCK),
     ("L_ACQUIRE", L_ACQUIRE),
     ("L_RENEW", L_RENEW),
     ("L_RELEASE", L_RELEASE),
@@ -242,6 +265,115 @@ pub const STATEMENTS: &[(&str, &str)] = &[
 /// with a digit, not `pg_…` (Postgres reserves those). Longer names would
 /// push the wake channel past Postgres's 63-byte identifiers.
 pub fn check_schema(name: &str) -> Result<(), String> {
+    // Words Postgres reserves cannot name a schema unquoted.
+    const RESERVED: &[&str] = &[
+        "all",
+        "analyse",
+        "analyze",
+        "and",
+        "any",
+        "array",
+        "as",
+        "asc",
+        "asymmetric",
+        "both",
+        "case",
+        "cast",
+        "check",
+        "collate",
+        "column",
+        "constraint",
+        "create",
+        "current_catalog",
+        "current_date",
+        "current_role",
+        "current_time",
+        "current_timestamp",
+        "current_user",
+        "default",
+        "deferrable",
+        "desc",
+        "distinct",
+        "do",
+        "else",
+        "end",
+        "except",
+        "false",
+        "fetch",
+        "for",
+        "foreign",
+        "from",
+        "grant",
+        "group",
+        "having",
+        "in",
+        "initially",
+        "intersect",
+        "into",
+        "lateral",
+        "leading",
+        "limit",
+        "localtime",
+        "localtimestamp",
+        "not",
+        "null",
+        "offset",
+        "on",
+        "only",
+        "or",
+        "order",
+        "placing",
+        "primary",
+        "references",
+        "returning",
+        "select",
+        "session_user",
+        "some",
+        "symmetric",
+        "system_user",
+        "table",
+        "then",
+        "to",
+        "trailing",
+        "true",
+        "union",
+        "unique",
+        "user",
+        "using",
+        "variadic",
+        "when",
+        "where",
+        "window",
+        "with",
+        "authorization",
+        "binary",
+        "collation",
+        "concurrently",
+        "cross",
+        "current_schema",
+        "freeze",
+        "full",
+        "ilike",
+        "inner",
+        "is",
+        "isnull",
+        "join",
+        "left",
+        "like",
+        "natural",
+        "notnull",
+        "outer",
+        "overlaps",
+        "right",
+        "similar",
+        "tablesample",
+        "verbose",
+    ];
+    if RESERVED.contains(&name) {
+        return Err(format!(
+            "schema name {name:?} is a word Postgres reserves; choose another"
+        ));
+    }
     let ok = !name.is_empty()
         && name.len() <= 40
         && !name.starts_with(|c: char| c.is_ascii_digit())

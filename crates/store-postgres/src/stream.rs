@@ -150,26 +150,43 @@ impl StreamEngine for PgStreams {
         max_bytes: usize,
     ) -> AlkResult<Vec<Event>> {
         let (sql, after, limit) = (&self.sql.read, to_i64(after), i64::from(limit));
+        let cap = i64::try_from(max_bytes).unwrap_or(i64::MAX);
         let clock = self.inner.clock.clone();
         let clock = &clock;
-        self.inner
+        let rows = self
+            .inner
             .run(|c| {
                 Box::pin(async move {
                     let stmt = c.prepare_cached(sql).await?;
-                    let mut events: Vec<Event> = Vec::new();
-                    for row in c.query(&stmt, &[&stream, &after, &limit]).await? {
-                        events.push(Event {
+                    let mut rows = Vec::new();
+                    for row in c.query(&stmt, &[&stream, &after, &limit, &cap]).await? {
+                        let size: i64 = row.try_get(2)?;
+                        let payload: Option<Vec<u8>> = row.try_get(3)?;
+                        let event = Event {
                             offset: offset(row.try_get(0)?),
                             stream: stream.to_string(),
                             key: row.try_get(1)?,
-                            payload: row.try_get(2)?,
-                            created_at: clock.to_host(row.try_get(3)?),
-                        });
+                            payload: Vec::new(),
+                            created_at: clock.to_host(row.try_get(4)?),
+                        };
+                        rows.push((usize::try_from(size).unwrap_or(0), payload, event));
                     }
-                    Ok(page(events, |e| e.payload.len(), usize::MAX, max_bytes).0)
+                    Ok(rows)
                 })
             })
-            .await
+            .await?;
+        let (taken, _) = page(rows, |(size, _, _)| *size, usize::MAX, max_bytes);
+        taken
+            .into_iter()
+            .map(|(_, payload, mut event)| {
+                event.payload = payload.ok_or_else(|| {
+                    AlkError::Internal(
+                        "read: the server left out a payload within the read cap".into(),
+                    )
+                })?;
+                Ok(event)
+            })
+            .collect()
     }
 
     async fn save_offset(&self, stream: &str, consumer: &str, to: u64) -> AlkResult<()> {
@@ -208,7 +225,12 @@ impl StreamEngine for PgStreams {
 
     async fn begin(&self) -> AlkResult<Box<dyn StreamTxEngine>> {
         let conn = self.inner.conn().await?;
-        if let Err(e) = conn.batch_execute("BEGIN").await {
+        let key = format!("alk-stream-tx:{}", self.inner.sql.schema());
+        let started = async {
+            conn.batch_execute("BEGIN").await?;
+            conn.execute(sql::S_TX_LOCK, &[&key]).await
+        };
+        if let Err(e) = started.await {
             // The connection's state is unknown: it never goes back.
             drop(Object::take(conn));
             return Err(self.inner.error(Fail::Pg(e)));

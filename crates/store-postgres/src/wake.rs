@@ -142,6 +142,14 @@ fn deliver(sink: &Mutex<Option<WakeSink>>, topic: Option<&str>) {
 /// that come closer together share one.
 const NOTIFY_WINDOW: Duration = Duration::from_millis(1);
 
+/// How often the wake connection measures the clock (and so finds out
+/// that it is dead).
+const CHECK_EVERY: Duration = Duration::from_secs(60);
+
+/// How long the wake connection may take to answer before it is taken
+/// for dead and made again.
+const CALL_LIMIT: Duration = Duration::from_secs(5);
+
 /// Longest pause between reconnection attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
@@ -203,7 +211,7 @@ async fn run(
         }
         backoff = Duration::from_millis(50);
         let mut last_notify: Option<tokio::time::Instant> = None;
-        let mut tick = tokio::time::interval(Duration::from_secs(60));
+        let mut tick = tokio::time::interval(CHECK_EVERY);
         tick.tick().await;
         loop {
             tokio::select! {
@@ -241,20 +249,42 @@ async fn run(
                     if !topics.is_empty() {
                         last_notify = Some(tokio::time::Instant::now());
                     }
-                    let sent = topics.is_empty()
-                        || client.execute(sql::NOTIFY, &[&channel, &topics]).await.map_err(|e| {
-                            tracing::warn!(target: "alk", "wake connection to postgres at {target}: {}", describe_pg(&e));
-                        }).is_ok();
+                    let outcome = if topics.is_empty() {
+                        Ok(Ok(0))
+                    } else {
+                        tokio::time::timeout(
+                            CALL_LIMIT,
+                            client.execute(sql::NOTIFY, &[&channel, &topics]),
+                        )
+                        .await
+                    };
                     for done in flushes {
                         let _ = done.send(());
                     }
-                    if !sent {
-                        break;
+                    match outcome {
+                        Ok(Ok(_)) => {}
+                        // The server refused this one (a full notification
+                        // queue, say): these signals are lost, the
+                        // connection is fine.
+                        Ok(Err(e)) if !client.is_closed() => {
+                            tracing::warn!(target: "alk", "postgres at {target} refused a wake: {}", describe_pg(&e));
+                        }
+                        Ok(Err(e)) => {
+                            tracing::warn!(target: "alk", "wake connection to postgres at {target}: {}", describe_pg(&e));
+                            break;
+                        }
+                        Err(_) => {
+                            tracing::warn!(target: "alk", "wake connection to postgres at {target} does not answer; reconnecting");
+                            break;
+                        }
                     }
                 }
                 _ = tick.tick() => {
-                    if clock.measure(&client).await.is_err() {
-                        break;
+                    // Also how a silently dead connection is found.
+                    match tokio::time::timeout(CALL_LIMIT, clock.measure(&client)).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(_)) if !client.is_closed() => {}
+                        _ => break,
                     }
                 }
             }

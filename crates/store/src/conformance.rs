@@ -48,6 +48,7 @@ macro_rules! conformance_tests {
             lock_wait_is_granted_at_release,
             notify_wakes_a_listener_attached_before,
             payloads_round_trip_every_byte,
+            stream_reads_of_large_events_come_in_pages,
         );
     };
     (@cases $make:path; $($case:ident),* $(,)?) => {
@@ -611,6 +612,27 @@ pub async fn payloads_round_trip_every_byte(engine: &dyn Engine) {
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].payload, every);
     assert_eq!(events[0].key.as_deref(), Some("k\u{e9}"));
+}
+
+/// A read of many large events stops at the read cap, after at least
+/// one, and the next read goes on from there.
+pub async fn stream_reads_of_large_events_come_in_pages(engine: &dyn Engine) {
+    let s = Streams::open(engine, StreamLimits::default())
+        .await
+        .unwrap();
+    let mib = vec![3u8; 1024 * 1024];
+    let events: Vec<(Option<String>, Vec<u8>)> = (0..20).map(|_| (None, mib.clone())).collect();
+    s.publish_batch("big", &events, 0).await.unwrap();
+    let cap = MAX_READ_BYTES / mib.len();
+    let first = s.read_since("big", 0, 1000).await.unwrap();
+    assert_eq!(first.len(), cap);
+    assert!(first.iter().all(|e| e.payload == mib));
+    let rest = s.read_since("big", cap as u64, 1000).await.unwrap();
+    let offsets: Vec<u64> = rest.iter().map(|e| e.offset).collect();
+    assert_eq!(offsets, ((cap as u64 + 1)..=20).collect::<Vec<u64>>());
+    // A single event larger than what is left still comes, alone.
+    let one = s.read_since("big", 19, 1000).await.unwrap();
+    assert_eq!(one.len(), 1);
 }
 
 #[cfg(test)]

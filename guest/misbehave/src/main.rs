@@ -52,6 +52,17 @@ fn main() {
             bucket.set("before-trap", b"kept", None).expect("set");
             panic!("deliberate trap after a write");
         }
+        "publish-then-loop" => {
+            // Holds a stream transaction open while it computes forever.
+            let tx = stream::Transaction::new();
+            tx.publish(arg(&args, 2), b"held").expect("publish in a transaction");
+            println!("holding");
+            std::io::Write::flush(&mut std::io::stdout()).unwrap();
+            let mut n: u64 = 0;
+            loop {
+                n = std::hint::black_box(n.wrapping_add(1));
+            }
+        }
         "loop" => {
             let mut n: u64 = 0;
             loop {

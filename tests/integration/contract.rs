@@ -106,34 +106,12 @@ fn on_the_memory_engine(interface: &str, language: &str) {
     assert_cases(interface, &name, printed);
 }
 
-/// Runs the contract guest of `interface` in `language` through the CLI;
-/// the run leaves a real store (or wake file) behind in `store_dir`.
-fn through_cli(interface: &str, language: &str, store_dir: &str) {
-    let name = guest_name(interface, language);
-    let dir = tempfile::tempdir().unwrap();
-    let out = run_cli(&name, dir.path(), &[], &[]);
-    let printed = passed_cases(
-        &text(&out.stdout),
-        &text(&out.stderr),
-        out.status.code().unwrap_or(-1),
-        &name,
-    );
-    assert_cases(interface, &name, printed);
-    assert!(
-        std::fs::read_dir(dir.path().join(store_dir))
-            .unwrap()
-            .count()
-            > 0,
-        "{name} left nothing in {store_dir}/"
-    );
-}
-
 /// Runs the contract guest of `interface` in `language` through the CLI on
-/// the Postgres engine, in a schema of its own: unchanged guests, the same
-/// cases.
-fn through_cli_on_postgres(interface: &str, language: &str) {
+/// `store`: a data directory, where the run leaves a real store (or wake
+/// file) behind in `store_dir`; or a schema of its own on the Postgres
+/// engine — unchanged guests, the same cases.
+fn through_cli(interface: &str, language: &str, store: Store, store_dir: &str) {
     let name = guest_name(interface, language);
-    let store = Store::postgres();
     let out = run_cli(&name, &store, &[], &[]);
     let printed = passed_cases(
         &text(&out.stdout),
@@ -142,6 +120,12 @@ fn through_cli_on_postgres(interface: &str, language: &str) {
         &name,
     );
     assert_cases(interface, &name, printed);
+    if let Some(dir) = store.path() {
+        assert!(
+            std::fs::read_dir(dir.join(store_dir)).unwrap().count() > 0,
+            "{name} left nothing in {store_dir}/"
+        );
+    }
 }
 
 /// One test per (interface, language, way in); the list the folder check
@@ -161,12 +145,12 @@ macro_rules! contracts {
 
             #[test]
             fn $cli() {
-                through_cli($iface, $lang, $store);
+                through_cli($iface, $lang, Store::dir(), $store);
             }
 
             #[test]
             fn $pg() {
-                through_cli_on_postgres($iface, $lang);
+                through_cli($iface, $lang, Store::postgres(), $store);
             }
         )*
 

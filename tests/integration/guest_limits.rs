@@ -252,18 +252,15 @@ fn compile_fills_the_cache_that_run_then_uses() {
     assert_eq!(entries(&cache), after_compile);
 }
 
-#[test]
-fn relaxed_durability_keeps_the_contract() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = run_cli("kv-contract", dir.path(), &["--durability", "relaxed"], &[]);
-    assert!(out.status.success(), "{}", text(&out.stdout));
-    let out = run_cli(
-        "queue-contract",
-        dir.path(),
-        &["--durability", "relaxed"],
-        &[],
-    );
-    assert!(out.status.success(), "{}", text(&out.stdout));
+fn relaxed_durability_keeps_the_contract(store: &Store) {
+    for guest in ["kv-contract", "queue-contract", "stream-contract"] {
+        let out = run_cli(guest, store, &["--durability", "relaxed"], &[]);
+        assert!(out.status.success(), "{guest}: {}", text(&out.stdout));
+    }
+}
+
+on_every_engine! {
+    relaxed_durability_keeps_the_contract => relaxed_durability_keeps_the_contract_on_files, relaxed_durability_keeps_the_contract_on_postgres;
 }
 
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {

@@ -257,36 +257,27 @@ impl Bench<'_> {
         dir: &Path,
     ) -> Command {
         let durability = if relaxed { "relaxed" } else { "full" };
+        // `alk-host run` of the bench guest, the stores where `store` says.
+        let guest = |store: &[&std::ffi::OsStr]| {
+            let mut c = Command::new(self.host.bin);
+            c.arg("run")
+                .arg("--durability")
+                .arg(durability)
+                .arg("--cache-dir")
+                .arg(crate::target_dir().join("bench-cache"))
+                .arg(self.host.guests.join("bench-guest.wasm"))
+                .args(store)
+                .args(["--", op, &n.to_string(), tag]);
+            c
+        };
         match engine {
-            Engine::Alk => {
-                let mut c = Command::new(self.host.bin);
-                c.arg("run")
-                    .arg("--durability")
-                    .arg(durability)
-                    .arg("--cache-dir")
-                    .arg(crate::target_dir().join("bench-cache"))
-                    .arg(self.host.guests.join("bench-guest.wasm"))
-                    .arg("--data-dir")
-                    .arg(dir)
-                    .args(["--", op, &n.to_string(), tag]);
-                c
-            }
+            Engine::Alk => guest(&["--data-dir".as_ref(), dir.as_os_str()]),
             Engine::AlkPostgres | Engine::PostgresDirect => {
                 // `dir` names the measurement's schema.
                 let schema = dir.file_name().unwrap().to_string_lossy().into_owned();
                 let url = with_schema(&self.postgres_url, &schema);
                 if engine == Engine::AlkPostgres {
-                    let mut c = Command::new(self.host.bin);
-                    c.arg("run")
-                        .arg("--durability")
-                        .arg(durability)
-                        .arg("--cache-dir")
-                        .arg(crate::target_dir().join("bench-cache"))
-                        .arg(self.host.guests.join("bench-guest.wasm"))
-                        .arg("--store")
-                        .arg(url)
-                        .args(["--", op, &n.to_string(), tag]);
-                    c
+                    guest(&["--store".as_ref(), url.as_ref()])
                 } else {
                     let mut c = Command::new(&self.native);
                     c.args(["op", "postgres-direct", durability, op, &n.to_string(), tag])

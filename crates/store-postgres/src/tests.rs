@@ -480,3 +480,20 @@ async fn rows_that_break_the_schema_are_internal_errors_naming_them() {
         .await;
     assert!(refused.is_err());
 }
+
+/// `relaxed` is the sessions' `synchronous_commit = off`; `full` leaves the
+/// server's setting (on).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relaxed_durability_turns_synchronous_commit_off_for_the_engines_sessions() {
+    for (relaxed, want) in [(true, "off"), (false, "on")] {
+        let e = PostgresEngine::connect(options(&fresh_schema()).relaxed(relaxed))
+            .await
+            .unwrap();
+        let conn = e.inner.conn().await.unwrap();
+        let row = conn
+            .query_one("SHOW synchronous_commit", &[])
+            .await
+            .unwrap();
+        assert_eq!(row.get::<_, String>(0), want, "relaxed = {relaxed}");
+    }
+}

@@ -371,10 +371,15 @@ impl Bench<'_> {
     }
 }
 
+/// The median of sorted `second` over the median of sorted `first`.
+fn median_ratio(first: &[f64], second: &[f64]) -> f64 {
+    second[second.len() / 2] / first[first.len() / 2]
+}
+
 /// A table row comparing two measured cells: label, ops per run, both
 /// cells and the ratio of their medians (second over first).
 fn pair_row(md: &mut String, label: &str, n: usize, cells: &[Vec<f64>]) {
-    let ratio = cells[1][cells[1].len() / 2] / cells[0][cells[0].len() / 2];
+    let ratio = median_ratio(&cells[0], &cells[1]);
     writeln!(
         md,
         "| {label} | {n} | {} | {} | {ratio:.1}× |",
@@ -409,7 +414,7 @@ fn ops_table(md: &mut String, title: &str, note: &str, rows: &[Row]) {
     writeln!(md, "{note}\n").unwrap();
     md.push_str("| operation | ops per run | alk guest ops/s | turso direct ops/s | SQLite ops/s | alk ÷ turso |\n|---|---|---|---|---|---|\n");
     for r in rows {
-        let ratio = r.cells[1][r.cells[1].len() / 2] / r.cells[0][r.cells[0].len() / 2];
+        let ratio = median_ratio(&r.cells[0], &r.cells[1]);
         writeln!(
             md,
             "| {} | {} | {} | {} | {} | {:.2} |",
@@ -1054,7 +1059,7 @@ pub fn run(
     );
     md.push_str(&"### Postgres engine — full durability\n\nThe Postgres engine on the throwaway PostgreSQL 15 server of the run (on this machine, over TCP on\nloopback, `synchronous_commit` on). **alk guest**: `alk-host run --store postgres://…?schema=S\ntarget/guests/bench-guest.wasm -- <op> <n> <tag>`; **direct**: the engine's own statements\n(`alk_store_postgres::sql`) from Rust with tokio-postgres on one connection with prepared statements, no guest, no\nhost, no pool: `target/debug/alk-bench op postgres-direct full <op> <n> <tag> postgres://…?schema=S`. Both sides run\non a single-threaded tokio runtime (what `alk-host run --store` uses). Every run\nuses a fresh schema; the two sides take turns, {PG_RUNS} runs each (median, slowest–fastest). **alk ÷ direct** is the\nhost's overhead as a time ratio (direct ops/s over alk ops/s; 1.00 = none). The 4-process row drains one preloaded\nqueue, 100 messages per receive and one ack-batch each. The throwaway server runs with `fsync = off` (it is a test\nserver): commits do not wait for the disk, so the figures show the cost of the host and of the statements rather than\nof this machine's disk.\n\n| operation | processes | ops per run | alk guest ops/s | direct ops/s | alk ÷ direct |\n|---|---|---|---|---|---|\n".replace("{PG_RUNS}", &PG_RUNS.to_string()));
     for (label, n, procs, cells) in &postgres {
-        let ratio = cells[1][cells[1].len() / 2] / cells[0][cells[0].len() / 2];
+        let ratio = median_ratio(&cells[0], &cells[1]);
         writeln!(
             md,
             "| {label} | {procs} | {n} | {} | {} | {ratio:.2} |",

@@ -134,6 +134,7 @@ async fn turso(op: &str, n: usize, tag: &str, dir: &Path, relaxed: bool) -> Timi
         } else {
             Durability::Full
         },
+        ..StoreOptions::default()
     };
     let value = vec![7u8; 100];
     let text = "x".repeat(100);

@@ -55,8 +55,7 @@ pub async fn direct(op: &str, n: usize, tag: &str, url: &str, relaxed: bool) -> 
     let get = client.prepare(&s.get(sql::KV_GET)).await.unwrap();
     let put = client.prepare(&s.get(sql::KV_PUT)).await.unwrap();
     let send = client.prepare(&s.get(sql::Q_SEND)).await.unwrap();
-    let claim = client.prepare(&s.get(sql::Q_CLAIM)).await.unwrap();
-    let ack = client.prepare(&s.get(sql::Q_ACK)).await.unwrap();
+    let claim = client.prepare(&s.get(sql::Q_CLAIM_LANE)).await.unwrap();
     let ack_batch = client.prepare(&s.get(sql::Q_ACK_BATCH)).await.unwrap();
     let value = vec![7u8; 100];
     let text = "x".repeat(100);
@@ -82,8 +81,24 @@ pub async fn direct(op: &str, n: usize, tag: &str, url: &str, relaxed: bool) -> 
         "queue-recv-ack-1" | "queue-preload" => {
             for _ in 0..n.div_ceil(1000) {
                 let (count, kinds, bodies) = send_many(1000);
+                let now = now_ms();
                 client
-                    .query(&send, &[&queue, &count, &kinds, &bodies, &now_ms()])
+                    .query(
+                        &send,
+                        &[
+                            &queue,
+                            &count,
+                            &kinds,
+                            &bodies,
+                            &now,
+                            &None::<&[u8]>,
+                            &0i32,
+                            &now,
+                            &None::<i32>,
+                            &None::<i64>,
+                            &None::<i64>,
+                        ],
+                    )
                     .await
                     .unwrap();
             }
@@ -116,8 +131,24 @@ pub async fn direct(op: &str, n: usize, tag: &str, url: &str, relaxed: bool) -> 
         "queue-send" => {
             for _ in 0..n {
                 let (count, kinds, bodies) = send_many(1);
+                let now = now_ms();
                 client
-                    .query(&send, &[&queue, &count, &kinds, &bodies, &now_ms()])
+                    .query(
+                        &send,
+                        &[
+                            &queue,
+                            &count,
+                            &kinds,
+                            &bodies,
+                            &now,
+                            &None::<&[u8]>,
+                            &0i32,
+                            &now,
+                            &None::<i32>,
+                            &None::<i64>,
+                            &None::<i64>,
+                        ],
+                    )
                     .await
                     .unwrap();
             }
@@ -127,12 +158,27 @@ pub async fn direct(op: &str, n: usize, tag: &str, url: &str, relaxed: bool) -> 
                 let now = now_ms();
                 let uuid = uuid::Uuid::new_v4();
                 let rows = client
-                    .query(&claim, &[&queue, &now, &1i64, &(now + 30_000), &uuid])
+                    .query(
+                        &claim,
+                        &[
+                            &queue,
+                            &now,
+                            &i32::MIN,
+                            &1i64,
+                            &(now + 30_000),
+                            &uuid,
+                            &true,
+                        ],
+                    )
                     .await
                     .unwrap();
-                let id: i64 = rows[0].get(0);
+                let id: i64 = rows[0].get(1);
                 assert_eq!(
-                    client.execute(&ack, &[&queue, &id, &uuid]).await.unwrap(),
+                    client
+                        .query(&ack_batch, &[&queue, &vec![id], &vec![uuid], &false])
+                        .await
+                        .unwrap()
+                        .len(),
                     1
                 );
             }
@@ -143,16 +189,27 @@ pub async fn direct(op: &str, n: usize, tag: &str, url: &str, relaxed: bool) -> 
                 let now = now_ms();
                 let uuid = uuid::Uuid::new_v4();
                 let rows = client
-                    .query(&claim, &[&queue, &now, &100i64, &(now + 30_000), &uuid])
+                    .query(
+                        &claim,
+                        &[
+                            &queue,
+                            &now,
+                            &i32::MIN,
+                            &100i64,
+                            &(now + 30_000),
+                            &uuid,
+                            &true,
+                        ],
+                    )
                     .await
                     .unwrap();
                 if rows.is_empty() {
                     break;
                 }
-                let ids: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+                let ids: Vec<i64> = rows.iter().map(|r| r.get(1)).collect();
                 let uuids = vec![uuid; ids.len()];
                 let acked = client
-                    .query(&ack_batch, &[&queue, &ids, &uuids])
+                    .query(&ack_batch, &[&queue, &ids, &uuids, &false])
                     .await
                     .unwrap();
                 assert_eq!(acked.len(), ids.len());

@@ -60,5 +60,6 @@ fn main() -> ExitCode {
     match args.command {
         cli::Command::Run(run) => run.execute(),
         cli::Command::Compile(compile) => compile.execute(),
+        cli::Command::Migrate(migrate) => migrate.execute(),
     }
 }

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use alk_store::lock::Locks;
 use alk_store::stream::Streams;
 use alk_store::{AlkError, AlkResult, Clock, Engine, Limits, SystemClock};
-use alk_store_turso::{Durability, RetryPolicy, StoreOptions, TursoEngine};
+use alk_store_turso::{Durability, NewQueues, RetryPolicy, StoreOptions, TursoEngine};
 use wasmtime::component::ResourceTable;
 
 /// One resource counted against [`Limits::max_open_resources`]; held by
@@ -136,6 +136,7 @@ pub struct AlkCtxBuilder {
     clock: Arc<dyn Clock>,
     retry: RetryPolicy,
     durability: Durability,
+    new_queues: NewQueues,
 }
 
 impl Default for AlkCtxBuilder {
@@ -147,6 +148,7 @@ impl Default for AlkCtxBuilder {
             clock: Arc::new(SystemClock),
             retry: RetryPolicy::default(),
             durability: Durability::default(),
+            new_queues: NewQueues::default(),
         }
     }
 }
@@ -187,6 +189,16 @@ impl AlkCtxBuilder {
         self.durability = durability;
         self
     }
+
+    /// The format of queue files the default engine creates:
+    /// `localqueue.v2` (every job option) by default, or `localqueue.v1`
+    /// for a data directory shared with a program that reads only v1.
+    /// Existing files keep their format either way (see
+    /// [`crate::migrate_queue`]).
+    pub fn new_queues(mut self, new_queues: NewQueues) -> Self {
+        self.new_queues = new_queues;
+        self
+    }
     /// The context.
     pub fn build(self) -> AlkCtx {
         let engine = self.engine.unwrap_or_else(|| {
@@ -195,6 +207,7 @@ impl AlkCtxBuilder {
                 StoreOptions {
                     retry: self.retry,
                     durability: self.durability,
+                    new_queues: self.new_queues,
                 },
             ))
         });

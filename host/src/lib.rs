@@ -128,7 +128,20 @@ pub use alk_store::{
 pub use alk_store_postgres::{
     PostgresEngine, PostgresOptions, is_postgres_url, redact as redact_url,
 };
-pub use alk_store_turso::{Durability, RetryPolicy, TursoEngine};
+pub use alk_store_turso::queue::Migrated;
+pub use alk_store_turso::{Durability, NewQueues, RetryPolicy, TursoEngine};
+
+/// Moves queue `name` under `data_dir` from `localqueue.v1` to
+/// `localqueue.v2` (ids, attempts, receipts and due times kept), in one
+/// transaction. Refused with `busy` while any process — this one included —
+/// has the queue open: run it before the host uses the queue.
+pub async fn migrate_queue(
+    data_dir: &std::path::Path,
+    name: &str,
+) -> alk_store::AlkResult<Migrated> {
+    alk_store::names::check_name("queue", name)?;
+    alk_store_turso::queue::QueueStore::migrate(data_dir, name, RetryPolicy::default()).await
+}
 pub use ctx::{AlkCtx, AlkCtxBuilder, AlkCtxView, AlkView};
 pub use error::CallError;
 pub use run::{RunOptions, RunOutcome, RunState, RunStatus, Runner};

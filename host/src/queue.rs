@@ -5,7 +5,11 @@ use alk_store::queue::{self as store, Queue as Store};
 use wasmtime::component::Resource;
 use wasmtime_wasi::p2::{DynPollable, Pollable, subscribe};
 
-use crate::bindings::alk::store::queue::{self, AckOutcome, Message, Payload};
+use alk_store::jobs::{self as jobs, JobState as StoreState};
+
+use crate::bindings::alk::store::queue::{
+    self, AckOutcome, ClaimOptions, Job, JobInfo, JobState, Message, Payload, Retried, SendOptions,
+};
 use crate::ctx::{AlkCtxView, Slot};
 use crate::error::CallError;
 
@@ -29,12 +33,66 @@ fn to_store(payload: Payload) -> store::Payload {
 
 fn message(d: store::Delivery) -> Message {
     Message {
-        payload: match d.payload {
-            store::Payload::Json(s) => Payload::Json(s),
-            store::Payload::Text(s) => Payload::Text(s),
-        },
+        payload: from_store(d.payload),
         receipt: d.receipt,
         attempt: d.attempt,
+    }
+}
+
+fn from_store(payload: store::Payload) -> Payload {
+    match payload {
+        store::Payload::Json(s) => Payload::Json(s),
+        store::Payload::Text(s) => Payload::Text(s),
+    }
+}
+
+fn options(o: SendOptions) -> jobs::SendOptions {
+    jobs::SendOptions {
+        priority: o.priority,
+        delay_ms: o.delay_ms,
+        run_at_ms: o.run_at_ms,
+        max_attempts: o.max_attempts,
+        backoff_base_ms: o.backoff_base_ms,
+        expires_in_ms: o.expires_in_ms,
+        group: o.group,
+    }
+}
+
+fn job(d: store::Delivery) -> Job {
+    Job {
+        id: d.id as u64,
+        payload: from_store(d.payload),
+        receipt: d.receipt,
+        attempt: d.attempt,
+        max_attempts: d.max_attempts,
+        priority: d.priority,
+        group: d.group,
+    }
+}
+
+fn ms(t: i64) -> u64 {
+    t.max(0) as u64
+}
+
+fn info(j: jobs::JobInfo) -> JobInfo {
+    JobInfo {
+        id: j.id as u64,
+        payload: from_store(j.payload),
+        state: match j.state {
+            StoreState::Waiting => JobState::Waiting,
+            StoreState::Delayed => JobState::Delayed,
+            StoreState::InFlight => JobState::InFlight,
+            StoreState::Dead => JobState::Dead,
+        },
+        attempt: j.attempt,
+        max_attempts: j.max_attempts,
+        priority: j.priority,
+        group: j.group,
+        enqueued_at_ms: ms(j.enqueued_at),
+        due_at_ms: ms(j.due_at),
+        expires_at_ms: j.expires_at.map(ms),
+        last_error: j.last_error,
+        died_at_ms: j.died_at.map(ms),
     }
 }
 
@@ -156,6 +214,153 @@ impl queue::HostQueue for AlkCtxView<'_> {
     async fn purge(&mut self, q: Resource<Queue>) -> Result<(), CallError> {
         let store = self.table.get(&q)?.store.clone();
         Ok(store.purge().await?)
+    }
+
+    async fn send_with(
+        &mut self,
+        q: Resource<Queue>,
+        payload: Payload,
+        opts: SendOptions,
+    ) -> Result<u64, CallError> {
+        let now = self.ctx.now();
+        let store = self.table.get(&q)?.store.clone();
+        Ok(store
+            .send_with(&to_store(payload), &options(opts), now)
+            .await? as u64)
+    }
+
+    async fn send_batch_with(
+        &mut self,
+        q: Resource<Queue>,
+        payloads: Vec<Payload>,
+        opts: SendOptions,
+    ) -> Result<Vec<u64>, CallError> {
+        let now = self.ctx.now();
+        let store = self.table.get(&q)?.store.clone();
+        let payloads: Vec<store::Payload> = payloads.into_iter().map(to_store).collect();
+        Ok(store
+            .send_batch_with(&payloads, &options(opts), now)
+            .await?
+            .into_iter()
+            .map(|id| id as u64)
+            .collect())
+    }
+
+    async fn claim(
+        &mut self,
+        q: Resource<Queue>,
+        opts: ClaimOptions,
+    ) -> Result<Vec<Job>, CallError> {
+        let store = self.table.get(&q)?.store.clone();
+        let got = match opts.wait_ms {
+            None => {
+                let now = self.ctx.now();
+                store
+                    .claim(opts.max, opts.visibility_ms, opts.min_priority, now)
+                    .await?
+            }
+            Some(wait) => {
+                let clock = self.ctx.clock_fn();
+                let deadline = alk_store::time::wait_deadline(wait);
+                store
+                    .claim_wait(
+                        opts.max,
+                        opts.visibility_ms,
+                        opts.min_priority,
+                        &clock,
+                        deadline,
+                    )
+                    .await?
+            }
+        };
+        Ok(got.into_iter().map(job).collect())
+    }
+
+    async fn heartbeat(
+        &mut self,
+        q: Resource<Queue>,
+        receipt: String,
+        extend_ms: u64,
+    ) -> Result<bool, CallError> {
+        let now = self.ctx.now();
+        let store = self.table.get(&q)?.store.clone();
+        Ok(store.heartbeat(&receipt, extend_ms, now).await?)
+    }
+
+    async fn retry(
+        &mut self,
+        q: Resource<Queue>,
+        receipt: String,
+        reason: String,
+        delay_ms: Option<u64>,
+    ) -> Result<Retried, CallError> {
+        let now = self.ctx.now();
+        let store = self.table.get(&q)?.store.clone();
+        Ok(match store.retry(&receipt, &reason, delay_ms, now).await? {
+            jobs::Retried::Scheduled(at) => Retried::Scheduled(ms(at)),
+            jobs::Retried::Dead => Retried::DeadLettered,
+            // Stale receipts are an error of `Queue::retry`.
+            jobs::Retried::Gone | jobs::Retried::Stale => Retried::Gone,
+        })
+    }
+
+    async fn fail(
+        &mut self,
+        q: Resource<Queue>,
+        receipt: String,
+        reason: String,
+    ) -> Result<bool, CallError> {
+        let now = self.ctx.now();
+        let store = self.table.get(&q)?.store.clone();
+        Ok(store.fail(&receipt, &reason, now).await?)
+    }
+
+    async fn cancel(&mut self, q: Resource<Queue>, id: u64) -> Result<bool, CallError> {
+        let store = self.table.get(&q)?.store.clone();
+        Ok(store.cancel(id).await?)
+    }
+
+    async fn get_job(&mut self, q: Resource<Queue>, id: u64) -> Result<Option<JobInfo>, CallError> {
+        let now = self.ctx.now();
+        let store = self.table.get(&q)?.store.clone();
+        Ok(store.job(id, now).await?.map(info))
+    }
+
+    async fn sweep_expired(&mut self, q: Resource<Queue>) -> Result<u64, CallError> {
+        let now = self.ctx.now();
+        let store = self.table.get(&q)?.store.clone();
+        Ok(store.sweep_expired(now).await?)
+    }
+
+    async fn dead_letters(
+        &mut self,
+        q: Resource<Queue>,
+        after: Option<u64>,
+        max: u32,
+    ) -> Result<Vec<JobInfo>, CallError> {
+        let now = self.ctx.now();
+        let store = self.table.get(&q)?.store.clone();
+        Ok(store
+            .dead_letters(after, max, now)
+            .await?
+            .into_iter()
+            .map(info)
+            .collect())
+    }
+
+    async fn redrive(
+        &mut self,
+        q: Resource<Queue>,
+        ids: Vec<u64>,
+    ) -> Result<Vec<Option<u64>>, CallError> {
+        let now = self.ctx.now();
+        let store = self.table.get(&q)?.store.clone();
+        Ok(store.redrive(&ids, now).await?)
+    }
+
+    async fn purge_dead_letters(&mut self, q: Resource<Queue>) -> Result<u64, CallError> {
+        let store = self.table.get(&q)?.store.clone();
+        Ok(store.purge_dead().await?)
     }
 
     async fn drop(&mut self, q: Resource<Queue>) -> wasmtime::Result<()> {

@@ -34,8 +34,21 @@ fn assert_stores_match_document(
     format: &str,
     engine_tables: &[&str],
 ) {
+    assert_stores_match_document_with(guest, &[], &[], capability, file, format, engine_tables)
+}
+
+/// [`assert_stores_match_document`] with extra host arguments.
+fn assert_stores_match_document_with(
+    guest: &str,
+    host_args: &[&str],
+    guest_args: &[&str],
+    capability: &str,
+    file: &str,
+    format: &str,
+    engine_tables: &[&str],
+) {
     let dir = tempfile::tempdir().unwrap();
-    let out = run_cli(guest, dir.path(), &[], &[]);
+    let out = run_cli(guest, dir.path(), host_args, guest_args);
     assert!(out.status.success(), "{}", text(&out.stdout));
     let expected = sqlite_schema("ddl", &doc(&format!("{format}.md")));
     assert_eq!(
@@ -92,6 +105,22 @@ fn the_lock_store_has_exactly_the_documented_schema_and_marker() {
 fn queue_stores_have_exactly_the_documented_schema_index_and_marker() {
     assert_stores_match_document(
         "queue-contract",
+        "queue",
+        "localqueue.sqlite",
+        "localqueue.v2",
+        &[
+            "__turso_internal_seq___turso_internal_autoincrement_message_groups",
+            "__turso_internal_seq___turso_internal_autoincrement_messages",
+        ],
+    );
+}
+
+#[test]
+fn v1_queue_stores_have_exactly_the_documented_schema_index_and_marker() {
+    assert_stores_match_document_with(
+        "queue-tool",
+        &["--new-queues", "v1"],
+        &["produce", "q", "3", "m"],
         "queue",
         "localqueue.sqlite",
         "localqueue.v1",

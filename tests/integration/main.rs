@@ -9,6 +9,7 @@ mod embedding;
 mod format;
 mod guest_limits;
 mod hostile;
+mod jobs;
 mod kv_clock;
 mod lock_processes;
 mod multiprocess;

@@ -4,7 +4,7 @@ mod run;
 
 use std::path::PathBuf;
 
-pub use run::{CompileCommand, RunCommand};
+pub use run::{CompileCommand, MigrateCommand, RunCommand};
 
 /// A WebAssembly component host with durable, shared key-value storage,
 /// queues, streams, locks and notifications for its guests.
@@ -23,6 +23,9 @@ pub enum Command {
     /// Compile a component ahead of time into the compilation cache, so
     /// later `run`s (in any process) start without compiling.
     Compile(CompileCommand),
+    /// Move a store file to a newer format (explicitly: files are never
+    /// converted by being opened).
+    Migrate(MigrateCommand),
 }
 
 /// Where compiled components are kept.

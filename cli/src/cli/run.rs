@@ -7,7 +7,8 @@ use std::time::Duration;
 use std::sync::Arc;
 
 use alk_host::{
-    AlkCtx, AlkError, Durability, PostgresEngine, PostgresOptions, RunOptions, RunStatus, Runner,
+    AlkCtx, AlkError, Durability, NewQueues, PostgresEngine, PostgresOptions, RunOptions,
+    RunStatus, Runner,
 };
 
 use super::CacheArgs;
@@ -71,12 +72,27 @@ pub struct RunCommand {
     #[arg(long, value_enum, default_value = "full")]
     durability: DurabilityArg,
 
+    /// The format of queue files this host creates. `v2`: every job option
+    /// (priorities, delays, retries, dead letters, groups). `v1`: plain
+    /// messages only, for a data directory shared with a program that reads
+    /// only `localqueue.v1`. Existing queue files keep their format; move a
+    /// v1 queue to v2 with `alk-host migrate queue NAME`.
+    #[arg(long, value_enum, default_value = "v2", conflicts_with = "store")]
+    new_queues: NewQueuesArg,
+
     #[command(flatten)]
     cache: CacheArgs,
 
     /// Arguments for the guest, after `--`.
     #[arg(last = true, value_name = "ARGS")]
     args: Vec<String>,
+}
+
+/// `--new-queues` values.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum NewQueuesArg {
+    V1,
+    V2,
 }
 
 /// `--durability` values.
@@ -178,6 +194,10 @@ impl RunCommand {
                 None => AlkCtx::builder()
                     .data_dir(data_dir)
                     .durability(durability)
+                    .new_queues(match self.new_queues {
+                        NewQueuesArg::V1 => NewQueues::V1,
+                        NewQueuesArg::V2 => NewQueues::V2,
+                    })
                     .build(),
                 Some(url) => {
                     let engine = connect(&url, durability).await?;
@@ -267,6 +287,61 @@ impl CompileCommand {
             }
             Err(e) => {
                 eprintln!("alk-host: error: {}", one_line(&e));
+                ExitCode::from(HOST_FAILURE)
+            }
+        }
+    }
+}
+
+/// `alk-host migrate queue NAME`.
+#[derive(Debug, clap::Args)]
+pub struct MigrateCommand {
+    /// What to migrate.
+    #[command(subcommand)]
+    what: MigrateWhat,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum MigrateWhat {
+    /// Move a queue file from `localqueue.v1` to `localqueue.v2`, keeping
+    /// every message, id, attempt count and receipt. Stop every process
+    /// using the queue first: the migration refuses to run while one has it
+    /// open, and no process can open it while it runs. The program that
+    /// shares the v1 format can no longer read the queue afterwards.
+    Queue {
+        /// The queue's name.
+        name: String,
+        /// Data directory of the stores.
+        #[arg(long, value_name = "DIR", default_value = ".alk")]
+        data_dir: PathBuf,
+    },
+}
+
+impl MigrateCommand {
+    /// Runs the migration; exit code 0 when the queue is v2 afterwards.
+    pub fn execute(self) -> ExitCode {
+        let MigrateWhat::Queue { name, data_dir } = self.what;
+        let runtime = match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(rt) => rt,
+            Err(e) => {
+                eprintln!("alk-host: error: {e}");
+                return ExitCode::from(HOST_FAILURE);
+            }
+        };
+        match runtime.block_on(alk_host::migrate_queue(&data_dir, &name)) {
+            Ok(alk_host::Migrated::Upgraded) => {
+                println!("queue {name}: migrated from localqueue.v1 to localqueue.v2");
+                ExitCode::SUCCESS
+            }
+            Ok(alk_host::Migrated::AlreadyV2) => {
+                println!("queue {name}: already localqueue.v2; nothing to do");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("alk-host: error: queue {name}: {e}");
                 ExitCode::from(HOST_FAILURE)
             }
         }

@@ -2,7 +2,7 @@
 //! PostgreSQL database, so hosts on many machines share queues, streams,
 //! buckets and locks; waits are woken across machines by `LISTEN/NOTIFY`.
 //!
-//! The schema is `alk-postgres.v1` (`docs/formats/alk-postgres.v1.md`,
+//! The schema is `alk-postgres.v2` (`docs/formats/alk-postgres.v2.md`,
 //! statements in [`sql`]). [`PostgresEngine::connect`] applies its
 //! migrations at start and refuses a schema of a newer or foreign format
 //! untouched.

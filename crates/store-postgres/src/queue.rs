@@ -1,22 +1,40 @@
 //! Queues: rows of `messages`, ids from the queue's row in `queues`,
-//! claims with `FOR UPDATE SKIP LOCKED`.
+//! claims with `FOR UPDATE SKIP LOCKED`; the round of the message groups in
+//! `groups`, dead letters in `dead`.
 //!
 //! Receipts are `{id}:{uuid}` (the UUID of the claim), as on the file
 //! engine; a receipt that does not parse was never issued and settles
 //! nothing.
+//!
+//! Locks are taken in one order: a group's row before the rows of its
+//! messages, and a queue's counter row after the group row of a send.
+//! Whatever adds a message to a group or takes one out holds the group's
+//! row, and a group is deleted, when its last message leaves, by a
+//! statement that starts after that lock was granted, so it sees every
+//! message a racing send committed.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use alk_store::jobs::{
+    Beat, EXPIRED_ERROR, JobInfo, JobState, Retried, RetryDelay, Stamp, lapsed_error,
+};
 use alk_store::queue::{Delivery, Payload, QueueEngine, Settled};
 use alk_store::{AlkError, AlkResult};
 use async_trait::async_trait;
+use deadpool_postgres::GenericClient;
+use tokio_postgres::Row;
+use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
 use crate::{Fail, Inner, sql};
 
 /// Receipts longer than this were never issued.
 const MAX_RECEIPT_LEN: usize = 128;
+
+/// The key of the messages without a group in `groups` (group keys are
+/// never empty).
+const LANE: &[u8] = b"";
 
 fn parse_receipt(receipt: &str) -> Option<(i64, Uuid)> {
     if receipt.len() > MAX_RECEIPT_LEN {
@@ -29,114 +47,557 @@ fn parse_receipt(receipt: &str) -> Option<(i64, Uuid)> {
     Some((id, uuid))
 }
 
+/// The statements of the queue store, for one schema.
+struct Statements {
+    send: String,
+    claim_lane: String,
+    heads: String,
+    lock_round: String,
+    claim_heads: String,
+    bury: String,
+    serve: String,
+    group_lock: String,
+    group_drop: String,
+    lookup: String,
+    nack: String,
+    heartbeat: String,
+    retry: String,
+    ack_batch: String,
+    existing: String,
+    cancel: String,
+    cancel_dead: String,
+    job: String,
+    expired_groups: String,
+    sweep: String,
+    dead_page: String,
+    dead_lookup: String,
+    join: String,
+    redrive: String,
+    purge_dead: String,
+    purge_groups: String,
+    next_visible: String,
+    purge: String,
+}
+
 /// One queue.
 pub(crate) struct PgQueue {
     inner: Arc<Inner>,
     name: String,
-    send: String,
-    claim: String,
-    ack: String,
-    nack: String,
-    exists: String,
-    ack_batch: String,
-    existing: String,
-    next_visible: String,
-    purge: String,
+    sql: Statements,
+}
+
+/// Runs a prepared (and cached) statement; its rows.
+async fn rows<C: GenericClient + Sync>(
+    c: &C,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<Vec<Row>, Fail> {
+    let stmt = c.prepare_cached(sql).await?;
+    Ok(c.query(&stmt, params).await?)
+}
+
+/// Runs a prepared (and cached) statement; how many rows it changed.
+async fn exec<C: GenericClient + Sync>(
+    c: &C,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<u64, Fail> {
+    let stmt = c.prepare_cached(sql).await?;
+    Ok(c.execute(&stmt, params).await?)
+}
+
+/// What a message's row says about its current delivery and retries.
+struct Found {
+    group: Option<Vec<u8>>,
+    receipt: Option<Uuid>,
+    attempt: u32,
+    max_attempts: Option<u32>,
+    backoff_base_ms: Option<u64>,
+}
+
+/// What one claim statement did: the messages claimed (with their ready
+/// time), the due messages it left for the dead letters, and whether it
+/// found the queue has groups.
+#[derive(Default)]
+struct Step {
+    took: Vec<(i64, Delivery)>,
+    unfit: Vec<(i64, String)>,
+    grouped: bool,
+}
+
+impl Step {
+    /// How many messages the step gave to the claim, claimed or not.
+    fn gave(&self) -> usize {
+        self.took.len() + self.unfit.len()
+    }
+}
+
+fn corrupt(queue: &str, id: i64, what: &str) -> Fail {
+    Fail::Alk(AlkError::Internal(format!(
+        "queue {queue:?}: message {id} has {what}, which the schema does not allow"
+    )))
+}
+
+fn payload_of(queue: &str, id: i64, kind: &str, data: Vec<u8>) -> Result<Payload, Fail> {
+    let text =
+        String::from_utf8(data).map_err(|_| corrupt(queue, id, "a body that is not UTF-8"))?;
+    match kind {
+        "json" => Ok(Payload::Json(text)),
+        "text" => Ok(Payload::Text(text)),
+        other => Err(corrupt(queue, id, &format!("payload type {other:?}"))),
+    }
+}
+
+/// A text column kept as bytes (Postgres `text` cannot hold NUL).
+fn text_of(
+    queue: &str,
+    id: i64,
+    what: &str,
+    data: Option<Vec<u8>>,
+) -> Result<Option<String>, Fail> {
+    data.map(|d| {
+        String::from_utf8(d).map_err(|_| corrupt(queue, id, &format!("a {what} that is not UTF-8")))
+    })
+    .transpose()
+}
+
+fn count(v: i32) -> u32 {
+    u32::try_from(v).unwrap_or(0)
 }
 
 impl PgQueue {
     pub(crate) fn new(inner: Arc<Inner>, name: &str) -> PgQueue {
         let s = &inner.sql;
-        PgQueue {
+        let sql = Statements {
             send: s.get(sql::Q_SEND),
-            claim: s.get(sql::Q_CLAIM),
-            ack: s.get(sql::Q_ACK),
+            claim_lane: s.get(sql::Q_CLAIM_LANE),
+            heads: s.get(sql::Q_HEADS),
+            lock_round: s.get(sql::Q_LOCK_ROUND),
+            claim_heads: s.get(sql::Q_CLAIM_HEADS),
+            bury: s.get(sql::Q_BURY),
+            serve: s.get(sql::Q_SERVE),
+            group_lock: s.get(sql::Q_GROUP_LOCK),
+            group_drop: s.get(sql::Q_GROUP_DROP),
+            lookup: s.get(sql::Q_LOOKUP),
             nack: s.get(sql::Q_NACK),
-            exists: s.get(sql::Q_EXISTS),
+            heartbeat: s.get(sql::Q_HEARTBEAT),
+            retry: s.get(sql::Q_RETRY),
             ack_batch: s.get(sql::Q_ACK_BATCH),
             existing: s.get(sql::Q_EXISTING),
+            cancel: s.get(sql::Q_CANCEL),
+            cancel_dead: s.get(sql::Q_CANCEL_DEAD),
+            job: s.get(sql::Q_JOB),
+            expired_groups: s.get(sql::Q_EXPIRED_GROUPS),
+            sweep: s.get(sql::Q_SWEEP),
+            dead_page: s.get(sql::Q_DEAD_PAGE),
+            dead_lookup: s.get(sql::Q_DEAD_LOOKUP),
+            join: s.get(sql::Q_JOIN),
+            redrive: s.get(sql::Q_REDRIVE),
+            purge_dead: s.get(sql::Q_PURGE_DEAD),
+            purge_groups: s.get(sql::Q_PURGE_GROUPS),
             next_visible: s.get(sql::Q_NEXT_VISIBLE),
             purge: s.get(sql::Q_PURGE),
+        };
+        PgQueue {
+            sql,
             name: name.to_string(),
             inner,
         }
     }
 
-    /// Acks (`nack_at` = None) or nacks one receipt; what it found.
-    async fn settle(&self, receipt: &str, nack_at: Option<i64>) -> AlkResult<Settled> {
-        let Some((id, uuid)) = parse_receipt(receipt) else {
-            return Ok(Settled::Gone);
+    async fn lookup<C: GenericClient + Sync>(&self, c: &C, id: i64) -> Result<Option<Found>, Fail> {
+        let found = rows(c, &self.sql.lookup, &[&self.name, &id]).await?;
+        let Some(row) = found.first() else {
+            return Ok(None);
         };
-        let (queue, ack, nack, exists) = (&self.name, &self.ack, &self.nack, &self.exists);
-        self.inner
-            .run(|c| {
-                Box::pin(async move {
-                    let changed = match nack_at {
-                        None => {
-                            let stmt = c.prepare_cached(ack).await?;
-                            c.execute(&stmt, &[queue, &id, &uuid]).await?
-                        }
-                        Some(at) => {
-                            let stmt = c.prepare_cached(nack).await?;
-                            c.execute(&stmt, &[queue, &id, &uuid, &at]).await?
-                        }
-                    };
-                    if changed == 1 {
-                        return Ok(Settled::Done);
-                    }
-                    let stmt = c.prepare_cached(exists).await?;
-                    Ok(if c.query_opt(&stmt, &[queue, &id]).await?.is_some() {
-                        Settled::Stale
-                    } else {
-                        Settled::Gone
-                    })
-                })
-            })
-            .await
+        Ok(Some(Found {
+            group: row.try_get(0)?,
+            receipt: row.try_get(1)?,
+            attempt: count(row.try_get(2)?),
+            max_attempts: row.try_get::<_, Option<i32>>(3)?.map(count),
+            backoff_base_ms: row
+                .try_get::<_, Option<i64>>(4)?
+                .map(|b| u64::try_from(b).unwrap_or(0)),
+        }))
     }
-}
 
-fn payload_of(queue: &str, id: i64, kind: &str, data: Vec<u8>) -> Result<Payload, Fail> {
-    let corrupt = |what: &str| {
-        Fail::Alk(AlkError::Internal(format!(
-            "queue {queue:?}: message {id} has {what}, which the schema does not allow"
-        )))
-    };
-    let text = String::from_utf8(data).map_err(|_| corrupt("a body that is not UTF-8"))?;
-    match kind {
-        "json" => Ok(Payload::Json(text)),
-        "text" => Ok(Payload::Text(text)),
-        other => Err(corrupt(&format!("payload type {other:?}"))),
+    /// How a receipt of message `id` that changed nothing settles: stale
+    /// while the message exists, else gone.
+    async fn missed<C: GenericClient + Sync>(&self, c: &C, id: i64) -> Result<Settled, Fail> {
+        Ok(if self.lookup(c, id).await?.is_some() {
+            Settled::Stale
+        } else {
+            Settled::Gone
+        })
+    }
+
+    /// Locks the groups `keys` (sorted, each once), waiting for holders.
+    async fn lock_groups<C: GenericClient + Sync>(
+        &self,
+        c: &C,
+        keys: &[Vec<u8>],
+    ) -> Result<(), Fail> {
+        if !keys.is_empty() {
+            rows(c, &self.sql.group_lock, &[&self.name, &keys]).await?;
+        }
+        Ok(())
+    }
+
+    /// Deletes those of the groups `keys` (locked by this transaction)
+    /// that have no message left.
+    async fn drop_empty<C: GenericClient + Sync>(
+        &self,
+        c: &C,
+        keys: &[Vec<u8>],
+    ) -> Result<(), Fail> {
+        if !keys.is_empty() {
+            exec(c, &self.sql.group_drop, &[&self.name, &keys]).await?;
+        }
+        Ok(())
+    }
+
+    /// Moves messages to the dead letters at `died_at` (database time):
+    /// each `(id, error, receipt)`, by its current receipt when one is
+    /// given. The groups they leave must be locked by this transaction;
+    /// those left empty are deleted. The ids moved.
+    async fn bury<C: GenericClient + Sync>(
+        &self,
+        c: &C,
+        dead: &[(i64, String, Option<Uuid>)],
+        died_at: i64,
+    ) -> Result<Vec<i64>, Fail> {
+        if dead.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<i64> = dead.iter().map(|d| d.0).collect();
+        let errors: Vec<&[u8]> = dead.iter().map(|d| d.1.as_bytes()).collect();
+        let receipts: Vec<Option<Uuid>> = dead.iter().map(|d| d.2).collect();
+        let moved = rows(
+            c,
+            &self.sql.bury,
+            &[&self.name, &ids, &errors, &receipts, &died_at],
+        )
+        .await?;
+        let mut buried = Vec::with_capacity(moved.len());
+        let mut groups: Vec<Vec<u8>> = Vec::new();
+        for row in &moved {
+            buried.push(row.try_get::<_, i64>(0)?);
+            if let Some(g) = row.try_get::<_, Option<Vec<u8>>>(1)? {
+                groups.push(g);
+            }
+        }
+        groups.sort();
+        groups.dedup();
+        self.drop_empty(c, &groups).await?;
+        Ok(buried)
+    }
+
+    /// Moves the message of a current receipt to the dead letters with
+    /// `error` at `died_at` (database time) — for a message of a group, in
+    /// one transaction holding the group's lock; whether it moved.
+    async fn bury_current(
+        &self,
+        c: &mut deadpool_postgres::Object,
+        id: i64,
+        receipt: Uuid,
+        group: Option<Vec<u8>>,
+        error: &str,
+        died_at: i64,
+    ) -> Result<bool, Fail> {
+        let dead = [(id, error.to_string(), Some(receipt))];
+        match group {
+            None => Ok(!self.bury(&*c, &dead, died_at).await?.is_empty()),
+            Some(g) => {
+                let tx = c.transaction().await?;
+                self.lock_groups(&tx, std::slice::from_ref(&g)).await?;
+                let moved = !self.bury(&tx, &dead, died_at).await?.is_empty();
+                tx.commit().await?;
+                Ok(moved)
+            }
+        }
+    }
+
+    /// Reads the rows of a claim statement; receipts under `claim`.
+    fn step(&self, found: Vec<Row>, claim: Uuid) -> Result<Step, Fail> {
+        let queue = &self.name;
+        let mut step = Step::default();
+        for row in found {
+            let kind: i32 = row.try_get(0)?;
+            if kind == 3 {
+                step.grouped = true;
+                continue;
+            }
+            let id: i64 = row.try_get(1)?;
+            let attempt = count(row.try_get(4)?);
+            match kind {
+                0 => {
+                    let kind: &str = row.try_get(2)?;
+                    let payload = payload_of(queue, id, kind, row.try_get(3)?)?;
+                    let group = text_of(queue, id, "group", row.try_get(7)?)?;
+                    step.took.push((
+                        row.try_get(6)?,
+                        Delivery {
+                            id,
+                            payload,
+                            receipt: format!("{id}:{}", claim.hyphenated()),
+                            attempt,
+                            priority: row.try_get(5)?,
+                            group,
+                            max_attempts: row.try_get::<_, Option<i32>>(8)?.map(count),
+                        },
+                    ));
+                }
+                1 => step.unfit.push((id, EXPIRED_ERROR.to_string())),
+                _ => step.unfit.push((id, lapsed_error(attempt))),
+            }
+        }
+        Ok(step)
+    }
+
+    /// The messages without a group a claim takes: up to `max` of priority
+    /// `floor` or more, with `only_ungrouped` only while the queue has no
+    /// group; in claim order.
+    #[allow(clippy::too_many_arguments)]
+    async fn claim_lane<C: GenericClient + Sync>(
+        &self,
+        c: &C,
+        max: usize,
+        now: i64,
+        floor: i32,
+        visible_until: i64,
+        claim: Uuid,
+        only_ungrouped: bool,
+    ) -> Result<Step, Fail> {
+        let max = max as i64;
+        let found = rows(
+            c,
+            &self.sql.claim_lane,
+            &[
+                &self.name,
+                &now,
+                &floor,
+                &max,
+                &visible_until,
+                &claim,
+                &only_ungrouped,
+            ],
+        )
+        .await?;
+        let mut step = self.step(found, claim)?;
+        step.took
+            .sort_by_key(|(ready_at, d)| (std::cmp::Reverse(d.priority), *ready_at, d.id));
+        Ok(step)
+    }
+
+    /// The rounds of a claim that groups take part in, inside `tx`, with
+    /// each group's row locked while it is served. `out` holds what the
+    /// claim delivered so far, `served` who delivered it (the empty key:
+    /// the messages without a group), in the order they first did.
+    #[allow(clippy::too_many_arguments)]
+    async fn rounds<C: GenericClient + Sync>(
+        &self,
+        tx: &C,
+        max: usize,
+        now: i64,
+        floor: i32,
+        visible_until: i64,
+        claim: Uuid,
+        out: &mut Vec<Delivery>,
+        served: &mut Vec<Vec<u8>>,
+    ) -> Result<(), Fail> {
+        while out.len() < max {
+            let remaining = max - out.len();
+            let limit = remaining as i64;
+            let heads = rows(tx, &self.sql.heads, &[&self.name, &now, &floor, &limit]).await?;
+            let mut before: Vec<(Vec<u8>, i64)> = Vec::new();
+            let mut after: Vec<(Vec<u8>, i64)> = Vec::new();
+            for row in &heads {
+                let key: Vec<u8> = row.try_get(0)?;
+                let place: i64 = row.try_get(1)?;
+                let head: i64 = row.try_get(2)?;
+                let lane_place: i64 = row.try_get(3)?;
+                // The messages without a group come first among equals:
+                // they joined the round before every group.
+                if place < lane_place {
+                    before.push((key, head));
+                } else {
+                    after.push((key, head));
+                }
+            }
+            let before = self.lock_round(tx, before, usize::MAX).await?;
+            let quota = remaining - before.len();
+            let lane = if quota > 0 {
+                self.claim_lane(tx, quota, now, floor, visible_until, claim, false)
+                    .await?
+            } else {
+                Step::default()
+            };
+            let left = quota - lane.gave();
+            let after = if left > 0 {
+                self.lock_round(tx, after, left).await?
+            } else {
+                Vec::new()
+            };
+            if before.is_empty() && after.is_empty() && lane.gave() == 0 {
+                break;
+            }
+            let ids: Vec<i64> = before.iter().chain(&after).map(|(_, id)| *id).collect();
+            let heads = if ids.is_empty() {
+                Step::default()
+            } else {
+                let found = rows(
+                    tx,
+                    &self.sql.claim_heads,
+                    &[&self.name, &now, &ids, &visible_until, &claim],
+                )
+                .await?;
+                self.step(found, claim)?
+            };
+            let mut by_id: HashMap<i64, Delivery> =
+                heads.took.into_iter().map(|(_, d)| (d.id, d)).collect();
+            let mut serve = |who: &[u8]| {
+                if !served.iter().any(|s| s == who) {
+                    served.push(who.to_vec());
+                }
+            };
+            for (key, id) in &before {
+                if let Some(d) = by_id.remove(id) {
+                    serve(key);
+                    out.push(d);
+                }
+            }
+            if !lane.took.is_empty() {
+                serve(LANE);
+                out.extend(lane.took.into_iter().map(|(_, d)| d));
+            }
+            for (key, id) in &after {
+                if let Some(d) = by_id.remove(id) {
+                    serve(key);
+                    out.push(d);
+                }
+            }
+            let unfit: Vec<(i64, String, Option<Uuid>)> = lane
+                .unfit
+                .into_iter()
+                .chain(heads.unfit)
+                .map(|(id, e)| (id, e, None))
+                .collect();
+            if unfit.is_empty() {
+                break;
+            }
+            self.bury(tx, &unfit, now).await?;
+        }
+        Ok(())
+    }
+
+    /// Moves the participants of a claim to the back of the round, in the
+    /// order `served` (see [`sql::Q_SERVE`]).
+    async fn serve<C: GenericClient + Sync>(&self, tx: &C, served: &[Vec<u8>]) -> Result<(), Fail> {
+        if !served.is_empty() {
+            exec(tx, &self.sql.serve, &[&self.name, &served]).await?;
+        }
+        Ok(())
+    }
+
+    /// Locks up to `max` of the groups of `picked` (in round order),
+    /// passing over those another claimer holds; those locked, in order.
+    async fn lock_round<C: GenericClient + Sync>(
+        &self,
+        tx: &C,
+        picked: Vec<(Vec<u8>, i64)>,
+        max: usize,
+    ) -> Result<Vec<(Vec<u8>, i64)>, Fail> {
+        if picked.is_empty() {
+            return Ok(picked);
+        }
+        let keys: Vec<&[u8]> = picked.iter().map(|(k, _)| k.as_slice()).collect();
+        let limit = max.min(picked.len()) as i64;
+        let locked: HashSet<Vec<u8>> = rows(tx, &self.sql.lock_round, &[&self.name, &keys, &limit])
+            .await?
+            .iter()
+            .map(|r| r.try_get(0))
+            .collect::<Result<_, _>>()?;
+        Ok(picked
+            .into_iter()
+            .filter(|(k, _)| locked.contains(k))
+            .collect())
+    }
+
+    fn job_of(&self, row: &Row, now: i64) -> Result<JobInfo, Fail> {
+        let queue = &self.name;
+        let clock = &self.inner.clock;
+        let id: i64 = row.try_get(0)?;
+        let kind: &str = row.try_get(1)?;
+        let payload = payload_of(queue, id, kind, row.try_get(2)?)?;
+        let delivered: bool = row.try_get(3)?;
+        let due_at = clock.to_host(row.try_get(4)?);
+        let died_at = row.try_get::<_, Option<i64>>(12)?.map(|t| clock.to_host(t));
+        let state = if died_at.is_some() {
+            JobState::Dead
+        } else {
+            JobState::of(delivered, due_at, now)
+        };
+        Ok(JobInfo {
+            id,
+            payload,
+            state,
+            attempt: count(row.try_get(5)?),
+            max_attempts: row.try_get::<_, Option<i32>>(6)?.map(count),
+            priority: row.try_get(7)?,
+            group: text_of(queue, id, "group", row.try_get(8)?)?,
+            enqueued_at: clock.to_host(row.try_get(9)?),
+            due_at,
+            expires_at: row.try_get::<_, Option<i64>>(10)?.map(|t| clock.to_host(t)),
+            last_error: text_of(queue, id, "last error", row.try_get(11)?)?,
+            died_at,
+        })
     }
 }
 
 #[async_trait]
 impl QueueEngine for PgQueue {
-    async fn send(&self, payload: &Payload, now: i64) -> AlkResult<i64> {
-        self.send_batch(std::slice::from_ref(payload), now)
-            .await?
-            .first()
-            .copied()
-            .ok_or_else(|| {
-                AlkError::Internal(format!("queue {:?}: a send returned no id", self.name))
-            })
-    }
-
-    async fn send_batch(&self, payloads: &[Payload], now: i64) -> AlkResult<Vec<i64>> {
-        let now = self.inner.clock.to_db(now);
+    async fn send(&self, payloads: &[Payload], stamp: &Stamp, now: i64) -> AlkResult<Vec<i64>> {
+        let clock = &self.inner.clock;
+        let now = clock.to_db(now);
+        let due = clock.to_db(stamp.due_at);
+        let expires_at = stamp.expires_at.map(|t| clock.to_db(t));
         let count = payloads.len() as i64;
         let kinds: Vec<&str> = payloads.iter().map(|p| p.parts().0).collect();
         let bodies: Vec<&[u8]> = payloads.iter().map(|p| p.parts().1.as_bytes()).collect();
-        let (queue, send, kinds, bodies) = (&self.name, &self.send, &kinds, &bodies);
+        let group: Option<&[u8]> = stamp.group.as_deref().map(str::as_bytes);
+        let max_attempts: Option<i32> = stamp
+            .max_attempts
+            .map(|n| i32::try_from(n).unwrap_or(i32::MAX));
+        let base: Option<i64> = stamp
+            .backoff_base_ms
+            .map(|b| i64::try_from(b).unwrap_or(i64::MAX));
+        let (queue, send, kinds, bodies) = (&self.name, &self.sql.send, &kinds, &bodies);
+        let (group, max_attempts, base) = (&group, &max_attempts, &base);
+        let priority = &stamp.priority;
         let mut ids = self
             .inner
             .run(|c| {
                 Box::pin(async move {
-                    let stmt = c.prepare_cached(send).await?;
-                    let rows = c
-                        .query(&stmt, &[queue, &count, kinds, bodies, &now])
-                        .await?;
-                    rows.iter()
+                    let found = rows(
+                        &c,
+                        send,
+                        &[
+                            queue,
+                            &count,
+                            kinds,
+                            bodies,
+                            &now,
+                            group,
+                            priority,
+                            &due,
+                            max_attempts,
+                            base,
+                            &expires_at,
+                        ],
+                    )
+                    .await?;
+                    found
+                        .iter()
                         .map(|r| r.try_get::<_, i64>(0).map_err(Fail::from))
                         .collect::<Result<Vec<i64>, Fail>>()
                 })
@@ -146,45 +607,82 @@ impl QueueEngine for PgQueue {
         Ok(ids)
     }
 
-    async fn receive(&self, max: u32, visible_until: i64, now: i64) -> AlkResult<Vec<Delivery>> {
+    async fn claim(
+        &self,
+        max: u32,
+        visible_until: i64,
+        now: i64,
+        floor: Option<i32>,
+    ) -> AlkResult<Vec<Delivery>> {
         let now = self.inner.clock.to_db(now);
         let visible_until = self.inner.clock.to_db(visible_until);
-        let max = i64::from(max);
-        let (queue, claim) = (&self.name, &self.claim);
-        self.inner
+        let floor = floor.unwrap_or(i32::MIN);
+        let max = max as usize;
+        let claim = Uuid::new_v4();
+        // One statement while the queue has no group, which is all a queue
+        // without groups needs unless a due message must go to the dead
+        // letters.
+        let first = self
+            .inner
             .run(|c| {
                 Box::pin(async move {
-                    let uuid = Uuid::new_v4();
-                    let stmt = c.prepare_cached(claim).await?;
-                    let rows = c
-                        .query(&stmt, &[queue, &now, &max, &visible_until, &uuid])
-                        .await?;
-                    let mut claimed = Vec::with_capacity(rows.len());
-                    for row in rows {
-                        let id: i64 = row.try_get(0)?;
-                        let kind: &str = row.try_get(1)?;
-                        let payload = payload_of(queue, id, kind, row.try_get(2)?)?;
-                        let attempt: i32 = row.try_get(3)?;
-                        let enqueued_at: i64 = row.try_get(4)?;
-                        claimed.push((
-                            enqueued_at,
-                            Delivery {
-                                id,
-                                payload,
-                                receipt: format!("{id}:{}", uuid.hyphenated()),
-                                attempt: u32::try_from(attempt).unwrap_or(0),
-                            },
-                        ));
-                    }
-                    claimed.sort_by_key(|(at, d)| (*at, d.id));
-                    Ok(claimed.into_iter().map(|(_, d)| d).collect())
+                    self.claim_lane(&c, max, now, floor, visible_until, claim, true)
+                        .await
                 })
             })
-            .await
+            .await?;
+        let mut out: Vec<Delivery> = first.took.iter().map(|(_, d)| d.clone()).collect();
+        if !first.grouped && first.unfit.is_empty() {
+            return Ok(out);
+        }
+        let (first, out_ref) = (&first, &out);
+        let more = self
+            .inner
+            .run(|c| {
+                Box::pin(async move {
+                    let mut c = c;
+                    let tx = c.transaction().await?;
+                    let mut got = out_ref.clone();
+                    let mut served: Vec<Vec<u8>> = Vec::new();
+                    if !got.is_empty() {
+                        served.push(LANE.to_vec());
+                    }
+                    let unfit: Vec<(i64, String, Option<Uuid>)> = first
+                        .unfit
+                        .iter()
+                        .map(|(id, e)| (*id, e.clone(), None))
+                        .collect();
+                    self.bury(&tx, &unfit, now).await?;
+                    // On after the first statement when it was refused for
+                    // the groups, or when it buried some and has room left.
+                    if first.grouped || got.len() < max {
+                        self.rounds(
+                            &tx,
+                            max,
+                            now,
+                            floor,
+                            visible_until,
+                            claim,
+                            &mut got,
+                            &mut served,
+                        )
+                        .await?;
+                    }
+                    self.serve(&tx, &served).await?;
+                    tx.commit().await?;
+                    Ok(got.split_off(out_ref.len()))
+                })
+            })
+            .await?;
+        out.extend(more);
+        Ok(out)
     }
 
     async fn ack(&self, receipt: &str) -> AlkResult<Settled> {
-        self.settle(receipt, None).await
+        let settled = self
+            .ack_batch(std::slice::from_ref(&receipt.to_string()))
+            .await?;
+        Ok(settled.first().copied().unwrap_or(Settled::Gone))
     }
 
     async fn ack_batch(&self, receipts: &[String]) -> AlkResult<Vec<Settled>> {
@@ -199,27 +697,56 @@ impl QueueEngine for PgQueue {
             return Ok(vec![Settled::Gone; receipts.len()]);
         }
         let unique: HashSet<i64> = ids.iter().copied().collect();
-        let (queue, ack_batch, existing) = (&self.name, &self.ack_batch, &self.existing);
-        let (ids, uuids, unique) = (&ids, &uuids, &unique);
-        // One statement deletes every current receipt's message; only when
-        // some receipt found nothing does a second one tell stale from gone
-        // (like a single ack, as of that moment).
+        let (queue, sql) = (&self.name, &self.sql);
+        let (pairs, ids, uuids, unique) = (&pairs, &ids, &uuids, &unique);
+        // One statement deletes every current receipt's message without a
+        // group; only when some receipt found nothing does a second one
+        // tell stale from gone, and find the messages of groups, which are
+        // acknowledged under their groups' locks.
         let (deleted, present) = self
             .inner
             .run(|c| {
                 Box::pin(async move {
-                    let stmt = c.prepare_cached(ack_batch).await?;
                     let mut deleted: HashMap<i64, Uuid> = HashMap::new();
-                    for row in c.query(&stmt, &[queue, ids, uuids]).await? {
+                    for row in rows(&c, &sql.ack_batch, &[queue, ids, uuids, &false]).await? {
                         deleted.insert(row.try_get(0)?, row.try_get(1)?);
                     }
                     let mut present = HashSet::new();
-                    if deleted.len() < unique.len() {
-                        let stmt = c.prepare_cached(existing).await?;
-                        for row in c.query(&stmt, &[queue, ids]).await? {
-                            present.insert(row.try_get::<_, i64>(0)?);
+                    if deleted.len() == unique.len() {
+                        return Ok((deleted, present));
+                    }
+                    let mut groups: Vec<Vec<u8>> = Vec::new();
+                    let mut grouped: HashSet<i64> = HashSet::new();
+                    for row in rows(&c, &sql.existing, &[queue, ids]).await? {
+                        let id: i64 = row.try_get(0)?;
+                        present.insert(id);
+                        if let Some(g) = row.try_get::<_, Option<Vec<u8>>>(1)? {
+                            grouped.insert(id);
+                            groups.push(g);
                         }
                     }
+                    if grouped.is_empty() {
+                        return Ok((deleted, present));
+                    }
+                    groups.sort();
+                    groups.dedup();
+                    let (gids, guuids): (Vec<i64>, Vec<Uuid>) = pairs
+                        .iter()
+                        .filter(|(id, _)| grouped.contains(id))
+                        .copied()
+                        .unzip();
+                    let mut c = c;
+                    let tx = c.transaction().await?;
+                    self.lock_groups(&tx, &groups).await?;
+                    for row in rows(&tx, &sql.ack_batch, &[queue, &gids, &guuids, &true]).await? {
+                        deleted.insert(row.try_get(0)?, row.try_get(1)?);
+                    }
+                    self.drop_empty(&tx, &groups).await?;
+                    present.clear();
+                    for row in rows(&tx, &sql.existing, &[queue, ids]).await? {
+                        present.insert(row.try_get::<_, i64>(0)?);
+                    }
+                    tx.commit().await?;
                     Ok((deleted, present))
                 })
             })
@@ -242,18 +769,33 @@ impl QueueEngine for PgQueue {
     }
 
     async fn nack(&self, receipt: &str, now: i64) -> AlkResult<Settled> {
+        let Some((id, uuid)) = parse_receipt(receipt) else {
+            return Ok(Settled::Gone);
+        };
         let now = self.inner.clock.to_db(now);
-        self.settle(receipt, Some(now)).await
+        let (queue, nack) = (&self.name, &self.sql.nack);
+        self.inner
+            .run(|c| {
+                Box::pin(async move {
+                    if exec(&c, nack, &[queue, &id, &uuid, &now]).await? == 1 {
+                        return Ok(Settled::Done);
+                    }
+                    self.missed(&c, id).await
+                })
+            })
+            .await
     }
 
     async fn next_visible(&self) -> AlkResult<Option<i64>> {
-        let (queue, next) = (&self.name, &self.next_visible);
+        let (queue, next) = (&self.name, &self.sql.next_visible);
         let at = self
             .inner
             .run(|c| {
                 Box::pin(async move {
-                    let stmt = c.prepare_cached(next).await?;
-                    let row = c.query_one(&stmt, &[queue]).await?;
+                    let found = rows(&c, next, &[queue]).await?;
+                    let row = found.first().ok_or_else(|| {
+                        Fail::Alk(AlkError::Internal("min() returned no row".into()))
+                    })?;
                     Ok(row.try_get::<_, Option<i64>>(0)?)
                 })
             })
@@ -262,15 +804,282 @@ impl QueueEngine for PgQueue {
     }
 
     async fn purge(&self) -> AlkResult<()> {
-        let (queue, purge) = (&self.name, &self.purge);
+        let (queue, sql) = (&self.name, &self.sql);
         self.inner
             .run(|c| {
                 Box::pin(async move {
-                    let stmt = c.prepare_cached(purge).await?;
-                    c.execute(&stmt, &[queue]).await?;
+                    let mut c = c;
+                    let tx = c.transaction().await?;
+                    exec(&tx, &sql.purge_groups, &[queue]).await?;
+                    exec(&tx, &sql.purge, &[queue]).await?;
+                    tx.commit().await?;
                     Ok(())
                 })
             })
+            .await
+    }
+
+    async fn heartbeat(&self, receipt: &str, deadline: i64, now: i64) -> AlkResult<Beat> {
+        let Some((id, uuid)) = parse_receipt(receipt) else {
+            return Ok(Beat::Gone);
+        };
+        let deadline = self.inner.clock.to_db(deadline);
+        let now = self.inner.clock.to_db(now);
+        let (queue, heartbeat) = (&self.name, &self.sql.heartbeat);
+        self.inner
+            .run(|c| {
+                Box::pin(async move {
+                    if exec(&c, heartbeat, &[queue, &id, &uuid, &deadline, &now]).await? == 1 {
+                        return Ok(Beat::Extended);
+                    }
+                    Ok(match self.lookup(&c, id).await? {
+                        None => Beat::Gone,
+                        Some(f) if f.receipt != Some(uuid) => Beat::Stale,
+                        Some(_) => Beat::Lapsed,
+                    })
+                })
+            })
+            .await
+    }
+
+    async fn retry(
+        &self,
+        receipt: &str,
+        error: &str,
+        delay: RetryDelay,
+        now: i64,
+    ) -> AlkResult<Retried> {
+        let Some((id, uuid)) = parse_receipt(receipt) else {
+            return Ok(Retried::Gone);
+        };
+        let clock = &self.inner.clock;
+        let now_db = clock.to_db(now);
+        let (queue, retry) = (&self.name, &self.sql.retry);
+        self.inner
+            .run(|c| {
+                Box::pin(async move {
+                    let mut c = c;
+                    let as_retried = |s: Settled| match s {
+                        Settled::Stale => Retried::Stale,
+                        _ => Retried::Gone,
+                    };
+                    let found = match self.lookup(&c, id).await? {
+                        None => return Ok(Retried::Gone),
+                        Some(f) if f.receipt != Some(uuid) => return Ok(Retried::Stale),
+                        Some(f) => f,
+                    };
+                    if found.max_attempts.is_some_and(|max| found.attempt >= max) {
+                        if self
+                            .bury_current(&mut c, id, uuid, found.group, error, now_db)
+                            .await?
+                        {
+                            return Ok(Retried::Dead);
+                        }
+                        return Ok(as_retried(self.missed(&c, id).await?));
+                    }
+                    let due = delay.due_at(found.backoff_base_ms, found.attempt, now);
+                    let due_db = clock.to_db(due);
+                    let changed =
+                        exec(&c, retry, &[queue, &id, &uuid, &due_db, &error.as_bytes()]).await?;
+                    if changed == 1 {
+                        return Ok(Retried::Scheduled(due));
+                    }
+                    Ok(as_retried(self.missed(&c, id).await?))
+                })
+            })
+            .await
+    }
+
+    async fn fail(&self, receipt: &str, error: &str, now: i64) -> AlkResult<Settled> {
+        let Some((id, uuid)) = parse_receipt(receipt) else {
+            return Ok(Settled::Gone);
+        };
+        let now = self.inner.clock.to_db(now);
+        self.inner
+            .run(|c| {
+                Box::pin(async move {
+                    let mut c = c;
+                    let found = match self.lookup(&c, id).await? {
+                        None => return Ok(Settled::Gone),
+                        Some(f) if f.receipt != Some(uuid) => return Ok(Settled::Stale),
+                        Some(f) => f,
+                    };
+                    if self
+                        .bury_current(&mut c, id, uuid, found.group, error, now)
+                        .await?
+                    {
+                        return Ok(Settled::Done);
+                    }
+                    self.missed(&c, id).await
+                })
+            })
+            .await
+    }
+
+    async fn cancel(&self, id: i64) -> AlkResult<bool> {
+        let (queue, sql) = (&self.name, &self.sql);
+        self.inner
+            .run(|c| {
+                Box::pin(async move {
+                    let mut c = c;
+                    if let Some(found) = self.lookup(&c, id).await? {
+                        let deleted = match found.group {
+                            None => exec(&c, &sql.cancel, &[queue, &id]).await? == 1,
+                            Some(g) => {
+                                let tx = c.transaction().await?;
+                                let keys = [g];
+                                self.lock_groups(&tx, &keys).await?;
+                                let n = rows(&tx, &sql.cancel, &[queue, &id]).await?.len();
+                                self.drop_empty(&tx, &keys).await?;
+                                tx.commit().await?;
+                                n == 1
+                            }
+                        };
+                        if deleted {
+                            return Ok(true);
+                        }
+                    }
+                    Ok(exec(&c, &sql.cancel_dead, &[queue, &id]).await? == 1)
+                })
+            })
+            .await
+    }
+
+    async fn job(&self, id: i64, now: i64) -> AlkResult<Option<JobInfo>> {
+        let (queue, job) = (&self.name, &self.sql.job);
+        self.inner
+            .run(|c| {
+                Box::pin(async move {
+                    let found = rows(&c, job, &[queue, &id]).await?;
+                    found.first().map(|r| self.job_of(r, now)).transpose()
+                })
+            })
+            .await
+    }
+
+    async fn sweep_expired(&self, now: i64) -> AlkResult<u64> {
+        let now = self.inner.clock.to_db(now);
+        let (queue, sql) = (&self.name, &self.sql);
+        let error = EXPIRED_ERROR.as_bytes();
+        self.inner
+            .run(|c| {
+                Box::pin(async move {
+                    let mut c = c;
+                    let tx = c.transaction().await?;
+                    let mut locked: Vec<Vec<u8>> = rows(&tx, &sql.expired_groups, &[queue, &now])
+                        .await?
+                        .iter()
+                        .map(|r| r.try_get(0))
+                        .collect::<Result<_, _>>()?;
+                    locked.sort();
+                    self.lock_groups(&tx, &locked).await?;
+                    let moved = rows(&tx, &sql.sweep, &[queue, &now, &error]).await?;
+                    let mut left: Vec<Vec<u8>> = Vec::new();
+                    for row in &moved {
+                        if let Some(g) = row.try_get::<_, Option<Vec<u8>>>(1)?
+                            && locked.binary_search(&g).is_err()
+                        {
+                            left.push(g);
+                        }
+                    }
+                    // Groups a message joined after the first look (a
+                    // redrive) are locked now, before they are checked.
+                    left.sort();
+                    left.dedup();
+                    self.lock_groups(&tx, &left).await?;
+                    locked.extend(left);
+                    self.drop_empty(&tx, &locked).await?;
+                    tx.commit().await?;
+                    Ok(moved.len() as u64)
+                })
+            })
+            .await
+    }
+
+    async fn dead_letters(&self, after: i64, max: u32, now: i64) -> AlkResult<Vec<JobInfo>> {
+        let (queue, page) = (&self.name, &self.sql.dead_page);
+        let limit = i64::from(max);
+        self.inner
+            .run(|c| {
+                Box::pin(async move {
+                    rows(&c, page, &[queue, &after, &limit])
+                        .await?
+                        .iter()
+                        .map(|r| self.job_of(r, now))
+                        .collect()
+                })
+            })
+            .await
+    }
+
+    async fn redrive(&self, ids: &[i64], now: i64) -> AlkResult<Vec<Option<i64>>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let now = self.inner.clock.to_db(now);
+        let (queue, sql) = (&self.name, &self.sql);
+        let moved = self
+            .inner
+            .run(|c| {
+                Box::pin(async move {
+                    let mut c = c;
+                    let tx = c.transaction().await?;
+                    let mut dead: HashMap<i64, (Option<Vec<u8>>, i32)> = HashMap::new();
+                    for row in rows(&tx, &sql.dead_lookup, &[queue, &ids]).await? {
+                        dead.insert(row.try_get(0)?, (row.try_get(1)?, row.try_get(2)?));
+                    }
+                    // The dead letters found, in the caller's order (each
+                    // once): the order of their new ids. Each group joins
+                    // once, in the order its first message comes back, with
+                    // the highest priority among them.
+                    let mut ordered: Vec<i64> = Vec::new();
+                    let mut keys: Vec<Vec<u8>> = Vec::new();
+                    let mut priorities: Vec<i32> = Vec::new();
+                    for id in ids {
+                        let Some((group, p)) = dead.get(id) else {
+                            continue;
+                        };
+                        if ordered.contains(id) {
+                            continue;
+                        }
+                        ordered.push(*id);
+                        let Some(g) = group else {
+                            continue;
+                        };
+                        match keys.iter().position(|k| k == g) {
+                            Some(i) => priorities[i] = priorities[i].max(*p),
+                            None => {
+                                keys.push(g.clone());
+                                priorities.push(*p);
+                            }
+                        }
+                    }
+                    if ordered.is_empty() {
+                        return Ok(HashMap::new());
+                    }
+                    if !keys.is_empty() {
+                        exec(&tx, &sql.join, &[queue, &keys, &priorities]).await?;
+                    }
+                    let mut new: Vec<i64> =
+                        rows(&tx, &sql.redrive, &[queue, &ordered, &now, &ordered])
+                            .await?
+                            .iter()
+                            .map(|r| r.try_get(0))
+                            .collect::<Result<_, _>>()?;
+                    tx.commit().await?;
+                    new.sort_unstable();
+                    Ok(ordered.into_iter().zip(new).collect::<HashMap<i64, i64>>())
+                })
+            })
+            .await?;
+        let mut moved = moved;
+        Ok(ids.iter().map(|id| moved.remove(id)).collect())
+    }
+
+    async fn purge_dead(&self) -> AlkResult<u64> {
+        let (queue, purge_dead) = (&self.name, &self.sql.purge_dead);
+        self.inner
+            .run(|c| Box::pin(async move { exec(&c, purge_dead, &[queue]).await }))
             .await
     }
 }

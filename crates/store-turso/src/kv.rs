@@ -33,6 +33,7 @@ CREATE TABLE IF NOT EXISTS kv (
 pub static FORMAT: Format = Format {
     marker: "localkv.v1",
     ddl: DDL,
+    also: &[],
 };
 
 /// Reads a key.

@@ -39,7 +39,7 @@ use alk_store::wake::Wakes;
 use alk_store::{AlkError, AlkResult, Engine};
 use async_trait::async_trait;
 
-pub use open::{Durability, Format, Store, StoreOptions, open_store};
+pub use open::{Durability, Format, NewQueues, Store, StoreOptions, open_store};
 pub use retry::RetryPolicy;
 
 /// The file engine on one data directory.
@@ -192,4 +192,29 @@ mod conformance {
     }
 
     alk_store::conformance_tests!(make);
+
+    /// The plain queue cases on `localqueue.v1` files.
+    mod localqueue_v1 {
+        use super::*;
+
+        async fn make() -> Subject {
+            let dir = tempfile::tempdir().unwrap();
+            let options = StoreOptions {
+                new_queues: NewQueues::V1,
+                ..StoreOptions::default()
+            };
+            Subject {
+                engine: Arc::new(TursoEngine::new(dir.path(), options)),
+                keep: Box::new(dir),
+            }
+        }
+
+        alk_store::conformance_tests!(@cases make;
+            queue_visibility_and_redelivery_follow_the_clock,
+            queue_claims_oldest_first_and_skips_in_flight,
+            queue_ack_batch_reports_each_receipt,
+            queue_receipts_of_another_queue_are_stale_there,
+            queue_receive_wait_wakes_on_a_send,
+        );
+    }
 }

@@ -35,6 +35,7 @@ CREATE TABLE IF NOT EXISTS locks (
 pub static FORMAT: Format = Format {
     marker: "locallock.v1",
     ddl: DDL,
+    also: &[],
 };
 
 /// Acquires a lock that is new, released or expired, in one statement; a

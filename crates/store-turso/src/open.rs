@@ -25,7 +25,7 @@ use turso::{Builder, Connection, Database};
 
 use super::gate::WriteGate;
 use super::inspect::{Contents, inspect};
-use super::retry::RetryPolicy;
+use super::retry::{Failure, RetryPolicy};
 use alk_store::{AlkError, AlkResult};
 
 /// When a commit counts as done.
@@ -43,6 +43,18 @@ pub enum Durability {
     Relaxed,
 }
 
+/// The format of the queue files a host creates. Existing files keep
+/// theirs whatever this says.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum NewQueues {
+    /// `localqueue.v2`: every job option.
+    #[default]
+    V2,
+    /// `localqueue.v1`, for a data directory shared with a program that
+    /// reads only v1 files: plain messages only.
+    V1,
+}
+
 /// How stores are opened and operated.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StoreOptions {
@@ -50,13 +62,15 @@ pub struct StoreOptions {
     pub retry: RetryPolicy,
     /// When commits count as done.
     pub durability: Durability,
+    /// The format of new queue files.
+    pub new_queues: NewQueues,
 }
 
 impl From<RetryPolicy> for StoreOptions {
     fn from(retry: RetryPolicy) -> Self {
         StoreOptions {
             retry,
-            durability: Durability::default(),
+            ..StoreOptions::default()
         }
     }
 }
@@ -67,11 +81,60 @@ impl From<RetryPolicy> for StoreOptions {
 pub struct Format {
     /// The value of the `('format', …)` row of the `meta` table.
     pub marker: &'static str,
-    /// The complete DDL of the format, run on every open.
+    /// The complete DDL of the format, run when a file is created (and
+    /// its `CREATE … IF NOT EXISTS` statements when an object is missing).
     pub ddl: &'static str,
+    /// Other formats of the same store that are opened and used as they
+    /// are (a file is never converted by opening it).
+    pub also: &'static [&'static Format],
 }
 
 impl Format {
+    /// Whether a file carrying `marker` is opened as this format or one of
+    /// its [`Format::also`] formats; which.
+    pub fn accepts(&'static self, marker: &str) -> Option<&'static Format> {
+        std::iter::once(self)
+            .chain(self.also.iter().copied())
+            .find(|f| f.marker == marker)
+    }
+
+    /// The statements of the DDL that create a missing table or index and
+    /// change nothing else (run on a file of this format that lacks one).
+    fn repair(&self) -> String {
+        // Comments may hold a `;`: drop them before splitting statements
+        // (no DDL of ours has `--` inside a string).
+        let bare: String = self
+            .ddl
+            .lines()
+            .map(|line| line.split("--").next().unwrap_or(""))
+            .collect::<Vec<_>>()
+            .join("\n");
+        bare.split(';')
+            .filter(|stmt| {
+                let words: Vec<&str> = stmt.split_whitespace().take(5).collect();
+                matches!(
+                    words.as_slice(),
+                    ["CREATE", "TABLE" | "INDEX", "IF", "NOT", "EXISTS"]
+                )
+            })
+            .map(|stmt| format!("{};\n", stmt.trim()))
+            .collect()
+    }
+
+    /// Why a file of another format is refused, naming the formats this one
+    /// opens.
+    fn refusal(&self) -> String {
+        let also: Vec<&str> = self.also.iter().map(|f| f.marker).collect();
+        let opens = if also.is_empty() {
+            String::new()
+        } else {
+            format!(" (it also opens {} files)", also.join(", "))
+        };
+        format!(
+            "the file was left untouched{opens}; use a data directory of the matching alk version"
+        )
+    }
+
     /// The names of the tables and indexes its DDL creates.
     pub fn objects(&self) -> impl Iterator<Item = &'static str> {
         self.ddl.split(';').filter_map(|stmt| {
@@ -168,6 +231,11 @@ pub(crate) struct Handle {
     pub(crate) gate: WriteGate,
     /// Commits made through the gate (a group commit counts once).
     pub(crate) commits: AtomicU64,
+    /// The format the file carries (the store's or one of its `also`).
+    pub(crate) format: std::sync::OnceLock<&'static Format>,
+    /// Held by an exclusive open: no other process opens the store until
+    /// this handle is closed.
+    _exclusive: Option<OpenLock>,
 }
 
 impl Handle {
@@ -303,6 +371,7 @@ pub async fn open_store(
     let StoreOptions {
         retry: policy,
         durability,
+        ..
     } = opts.into();
     let dir = path.parent().unwrap_or(Path::new("."));
     let dir = {
@@ -328,6 +397,24 @@ pub async fn open_store(
     // call, not by the first operation.
     store.handle().await?;
     Ok(store)
+}
+
+impl Store {
+    /// A name for the existing store file at `path`, not opened (for
+    /// [`Store::with_exclusive`]).
+    pub(crate) fn unopened(path: &Path, format: &'static Format, opts: StoreOptions) -> Store {
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+        Store {
+            inner: Arc::new(StoreInner {
+                path: dir.join(path.file_name().unwrap_or_default()),
+                format,
+                policy: opts.retry,
+                durability: opts.durability,
+                cached: Mutex::new(Weak::new()),
+            }),
+        }
+    }
 }
 
 /// Runs blocking file-system work off the async worker threads.
@@ -500,6 +587,13 @@ impl Store {
     /// Opens the database: marker check without the engine, then the
     /// engine, then the schema. Serialized across processes.
     async fn open_database(&self) -> AlkResult<Handle> {
+        self.open_database_as(false).await
+    }
+
+    /// [`Store::open_database`]; `exclusive`: refused while any other
+    /// process (or another handle of this one) has the store open, and no
+    /// process opens it until the handle is closed.
+    async fn open_database_as(&self, exclusive: bool) -> AlkResult<Handle> {
         let path = self.inner.path.clone();
         let format = self.format();
         let path_str = path
@@ -518,6 +612,24 @@ impl Store {
         self.check_contents().await?;
         let open_lock = OpenLock::acquire(&path, format, *self.policy()).await?;
         self.check_contents().await?;
+        if exclusive {
+            let open_here = lock(&REGISTRY)
+                .open
+                .get(&path)
+                .and_then(Weak::upgrade)
+                .is_some();
+            if open_here || !unused(&sibling(&path, "-tshm")) {
+                return Err(AlkError::Busy(format!(
+                    "{} is open in {}; stop every process using the store and try again",
+                    path.display(),
+                    if open_here {
+                        "this process"
+                    } else {
+                        "another process"
+                    }
+                )));
+            }
+        }
 
         // A new store: make sure the coordination file can be backed before
         // the engine maps it (on a full disk, touching an unbacked mapping
@@ -533,14 +645,46 @@ impl Store {
             .try_clone()
             .map_err(|e| io_failure(&path, format, "cannot keep the lock file of", e))?;
         let opened = self.engine_open(&path_str, &created, lock_file).await;
-        let handle = match opened {
+        let mut handle = match opened {
             Ok(h) => h,
             Err(e) => {
                 created.undo();
                 return Err(e);
             }
         };
+        if exclusive {
+            handle._exclusive = Some(open_lock);
+        }
         Ok(handle)
+    }
+
+    /// Runs `op` on a connection of a database opened only for it, while no
+    /// other process has the store open and none can open it (see
+    /// [`Store::open_database_as`]); the database is closed afterwards.
+    pub(crate) async fn with_exclusive<T>(
+        &self,
+        op: impl AsyncFnOnce(&Connection, &'static Format) -> Result<T, Failure>,
+    ) -> AlkResult<T> {
+        let handle = Arc::new(self.open_database_as(true).await?);
+        let result = async {
+            let conn = self.connect(&handle).await.map_err(Failure::Db)?;
+            let format = *handle.format.get().unwrap_or(&self.format());
+            op(&conn, format).await
+        }
+        .await;
+        close(Some(handle));
+        match result {
+            Ok(v) => Ok(v),
+            Err(Failure::Alk(e)) => Err(e),
+            Err(Failure::Db(e)) => Err(self.engine_error(e)),
+        }
+    }
+
+    /// The format of the store's file as opened (the store's own, or one of
+    /// the formats it also opens).
+    pub(crate) async fn file_format(&self) -> AlkResult<&'static Format> {
+        let handle = self.handle().await?;
+        Ok(*handle.format.get().unwrap_or(&self.format()))
     }
 
     /// Reads the file's marker without the engine (see [`super::inspect`])
@@ -562,12 +706,8 @@ impl Store {
         };
         match contents {
             Contents::Fresh => Ok(()),
-            Contents::Marker(m) if m == format.marker => Ok(()),
-            Contents::Marker(m) => Err(setup_err(
-                Some(m),
-                "the file was left untouched; use a data directory of the matching alk version"
-                    .into(),
-            )),
+            Contents::Marker(m) if format.accepts(&m).is_some() => Ok(()),
+            Contents::Marker(m) => Err(setup_err(Some(m), format.refusal())),
             Contents::Foreign(tables) => Err(setup_err(
                 None,
                 format!(
@@ -668,20 +808,24 @@ impl Store {
             broken: AtomicBool::new(false),
             gate: WriteGate::new(lock_file),
             commits: AtomicU64::new(0),
+            format: std::sync::OnceLock::new(),
+            _exclusive: None,
         };
         let schema = std::panic::AssertUnwindSafe(self.handshake(&handle))
             .catch_unwind()
             .await;
         let failure = match schema {
-            Ok(Ok(None)) => return Ok(Ok(handle)),
-            Ok(Ok(Some(found))) => {
+            Ok(Ok(Found::Format(f))) => {
+                let _ = handle.format.set(f);
+                return Ok(Ok(handle));
+            }
+            Ok(Ok(Found::Other(found))) => {
                 close(Some(Arc::new(handle)));
                 return Ok(Err(AlkError::StoreSetup {
                     path: self.inner.path.clone(),
                     found: Some(found),
                     supported: self.format().marker,
-                    message: "the file was left untouched; use a data directory of the matching alk version"
-                        .into(),
+                    message: self.format().refusal(),
                 }));
             }
             Ok(Err(e)) => e.to_string(),
@@ -701,7 +845,7 @@ impl Store {
 
     /// Reads the marker through the engine and creates the schema (see
     /// [`create_schema`]), retrying contention up to the deadline.
-    async fn handshake(&self, handle: &Handle) -> Result<Option<String>, turso::Error> {
+    async fn handshake(&self, handle: &Handle) -> Result<Found, turso::Error> {
         let conn = self.connect(handle).await?;
         let deadline = std::time::Instant::now() + self.policy().deadline;
         loop {
@@ -899,16 +1043,23 @@ impl Drop for OpenLock {
     }
 }
 
+/// What the schema check found in a file.
+enum Found {
+    /// A file of this format (or one it also opens), ready for use.
+    Format(&'static Format),
+    /// Another format's marker: the file is refused.
+    Other(String),
+}
+
 /// Creates the schema of `format` in one `BEGIN IMMEDIATE` transaction,
 /// unless the file (read again, now through the engine: another process may
 /// have made the store since the check without it) carries another
-/// format's marker, which is returned. A store that already has its marker
-/// and every table and index of the DDL is not written at all (so opening
-/// one works on a full disk, and costs no write transaction).
-async fn create_schema(
-    conn: &Connection,
-    format: &'static Format,
-) -> Result<Option<String>, turso::Error> {
+/// format's marker, which is returned. A file of one of the formats it also
+/// opens is used in its own format, its missing objects created. A store
+/// that already has its marker and every table and index of its DDL is not
+/// written at all (so opening one works on a full disk, and costs no write
+/// transaction).
+async fn create_schema(conn: &Connection, format: &'static Format) -> Result<Found, turso::Error> {
     let mut present = Vec::new();
     let mut rows = conn
         .query(
@@ -920,6 +1071,8 @@ async fn create_schema(
         present.push(row.get::<String>(0)?);
     }
     drop(rows);
+    let mut script = format.ddl.to_string();
+    let mut found = format;
     if present.iter().any(|n| n == "meta") {
         let mut rows = conn
             .query("SELECT value FROM meta WHERE key = 'format'", ())
@@ -929,17 +1082,23 @@ async fn create_schema(
             marker = row.get_value(0)?.as_text().cloned();
         }
         drop(rows);
-        match marker {
-            Some(m) if m != format.marker => return Ok(Some(m)),
-            Some(_) if format.objects().all(|o| present.iter().any(|p| p == o)) => {
-                return Ok(None);
+        if let Some(m) = marker {
+            let Some(f) = format.accepts(&m) else {
+                return Ok(Found::Other(m));
+            };
+            if f.objects().all(|o| present.iter().any(|p| p == o)) {
+                return Ok(Found::Format(f));
             }
-            _ => {}
+            found = f;
+            script = f.repair();
         }
     }
     conn.execute("BEGIN IMMEDIATE", ()).await?;
-    match conn.execute_batch(format.ddl).await {
-        Ok(()) => conn.execute("COMMIT", ()).await.map(|_| None),
+    match conn.execute_batch(&script).await {
+        Ok(()) => conn
+            .execute("COMMIT", ())
+            .await
+            .map(|_| Found::Format(found)),
         Err(e) => {
             if let Err(r) = conn.execute("ROLLBACK", ()).await {
                 tracing::warn!(target: "alk", "rollback of a failed schema creation failed: {r}");
@@ -959,6 +1118,7 @@ mod tests {
               INSERT OR IGNORE INTO meta (key, value) VALUES ('format', 'test.v1');\n\
               CREATE TABLE IF NOT EXISTS t (x INTEGER);\n\
               CREATE INDEX IF NOT EXISTS idx_t ON t (x);",
+        also: &[],
     };
 
     #[test]

@@ -1,21 +1,32 @@
-//! `localqueue.v1`: the queue store format and its only implementation.
+//! `localqueue.v1` and `localqueue.v2`: the queue store formats and their
+//! only implementation.
 //!
-//! The schema and every statement are defined here, once, and pinned by
-//! `docs/formats/localqueue.v1.md`; a test checks that the document carries
-//! the same DDL and statements.
+//! The schemas and every statement are defined here, once, and pinned by
+//! `docs/formats/localqueue.v1.md` and `docs/formats/localqueue.v2.md`;
+//! tests check that the documents carry the same DDL and statements.
+//!
+//! `localqueue.v2` is `localqueue.v1` plus [`UPGRADE`]: a new v2 file is
+//! made by running both, a v1 file is moved to v2 by running the upgrade
+//! alone ([`QueueStore::migrate`]), so both have the same schema. A v1 file
+//! is used as it is (another program reads and writes v1 files) and is
+//! only ever upgraded on request.
 
 use std::path::{Path, PathBuf};
 
+use alk_store::jobs::{
+    Beat, EXPIRED_ERROR, JobInfo, JobState, Retried, RetryDelay, Stamp, lapsed_error,
+};
 use alk_store::queue::{Delivery, Payload, QueueEngine, Settled};
 use alk_store::{AlkError, AlkResult};
 use async_trait::async_trait;
 use turso::{Connection, Value};
 
-use crate::open::{Format, Store, StoreOptions, open_store};
+use crate::open::{Format, NewQueues, Store, StoreOptions, open_store};
 use crate::retry::{Failure, exec, query};
 
-/// The DDL of `localqueue.v1`, run (idempotently) on every open.
-pub const DDL: &str = "\
+macro_rules! v1_ddl {
+    () => {
+        "\
 CREATE TABLE IF NOT EXISTS meta (
     key   TEXT PRIMARY KEY,
     value TEXT NOT NULL
@@ -32,12 +43,90 @@ CREATE TABLE IF NOT EXISTS messages (
 );
 CREATE INDEX IF NOT EXISTS idx_messages_visible ON messages (visible_at, enqueued_at, id);
 CREATE INDEX IF NOT EXISTS idx_messages_claim ON messages (enqueued_at, id);
-";
+"
+    };
+}
 
-/// The `localqueue.v1` format.
+macro_rules! upgrade {
+    () => {
+        "\
+ALTER TABLE messages ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;   -- higher is claimed first
+ALTER TABLE messages ADD COLUMN ready_at INTEGER NOT NULL DEFAULT 0;   -- unix epoch MILLISECONDS; claim order
+ALTER TABLE messages ADD COLUMN group_key TEXT;                        -- NULL: no group
+ALTER TABLE messages ADD COLUMN max_attempts INTEGER;                  -- NULL: no limit
+ALTER TABLE messages ADD COLUMN backoff_ms INTEGER;                    -- NULL: the default base
+ALTER TABLE messages ADD COLUMN expires_at INTEGER;                    -- unix epoch MILLISECONDS; NULL: never
+ALTER TABLE messages ADD COLUMN last_error TEXT;                       -- error of the last failed attempt
+UPDATE messages SET ready_at = CASE WHEN receipt_handle IS NULL THEN visible_at ELSE enqueued_at END;
+CREATE INDEX IF NOT EXISTS idx_messages_ready ON messages (priority DESC, ready_at, id) WHERE group_key IS NULL;
+CREATE INDEX IF NOT EXISTS idx_messages_group ON messages (group_key, id);
+CREATE INDEX IF NOT EXISTS idx_messages_expiry ON messages (expires_at);
+CREATE TABLE IF NOT EXISTS message_groups (
+    id        INTEGER PRIMARY KEY AUTOINCREMENT, -- order of joining the round
+    group_key TEXT NOT NULL UNIQUE,             -- '' is the messages without a group
+    priority  INTEGER NOT NULL DEFAULT 0,       -- highest priority sent since the group joined
+    served    INTEGER NOT NULL DEFAULT 0        -- place in the round: lowest is served next
+);
+CREATE INDEX IF NOT EXISTS idx_groups_served ON message_groups (served, id);
+INSERT OR IGNORE INTO message_groups (group_key, priority, served) VALUES ('', 0, 0);
+CREATE TABLE IF NOT EXISTS dead_letters (
+    id           INTEGER PRIMARY KEY,  -- the message's id
+    payload_type TEXT NOT NULL,
+    payload_data TEXT NOT NULL,
+    enqueued_at  INTEGER NOT NULL,
+    visible_at   INTEGER NOT NULL,
+    attempt      INTEGER NOT NULL,
+    priority     INTEGER NOT NULL,
+    group_key    TEXT,
+    max_attempts INTEGER,
+    backoff_ms   INTEGER,
+    expires_at   INTEGER,
+    last_error   TEXT,
+    died_at      INTEGER NOT NULL      -- unix epoch MILLISECONDS
+);
+UPDATE meta SET value = 'localqueue.v2' WHERE key = 'format';
+"
+    };
+}
+
+/// The DDL of `localqueue.v1`.
+pub const DDL: &str = v1_ddl!();
+
+/// What turns a `localqueue.v1` file into a `localqueue.v2` one, in one
+/// `BEGIN IMMEDIATE` transaction.
+pub const UPGRADE: &str = upgrade!();
+
+/// The DDL of a new `localqueue.v2` file: [`DDL`], then [`UPGRADE`].
+pub const DDL_V2: &str = concat!(v1_ddl!(), upgrade!());
+
+/// The `localqueue.v1` format, alone.
 pub static FORMAT: Format = Format {
     marker: "localqueue.v1",
     ddl: DDL,
+    also: &[],
+};
+
+/// The `localqueue.v2` format, alone.
+pub static FORMAT_V2: Format = Format {
+    marker: "localqueue.v2",
+    ddl: DDL_V2,
+    also: &[],
+};
+
+/// Queues whose new files are `localqueue.v2`; v1 files are used as they
+/// are.
+pub static NEW_V2: Format = Format {
+    marker: "localqueue.v2",
+    ddl: DDL_V2,
+    also: &[&FORMAT],
+};
+
+/// Queues whose new files are `localqueue.v1` (for a data directory shared
+/// with a program that reads only v1); v2 files are used as they are.
+pub static NEW_V1: Format = Format {
+    marker: "localqueue.v1",
+    ddl: DDL,
+    also: &[&FORMAT_V2],
 };
 
 /// Appends a message, due at once.
@@ -75,14 +164,111 @@ pub const PURGE: &str = "DELETE FROM messages";
 /// When the next message becomes due (a waiting receive sleeps until then).
 pub const NEXT_VISIBLE: &str = "SELECT visible_at FROM messages ORDER BY visible_at LIMIT 1";
 
+/// `localqueue.v2`: appends a message with its options (`?4` its due time,
+/// which is also its ready time).
+pub const SEND_V2: &str = "INSERT INTO messages (payload_type, payload_data, enqueued_at, visible_at, attempt, \
+priority, ready_at, group_key, max_attempts, backoff_ms, expires_at) \
+VALUES (?1, ?2, ?3, ?4, 0, ?5, ?4, ?6, ?7, ?8, ?9)";
+/// The last place in the round (a group joining goes there).
+pub const LAST_SERVED: &str = "SELECT served FROM message_groups INDEXED BY idx_groups_served \
+ORDER BY served DESC, id DESC LIMIT 1";
+/// A group joins the round at place `?3`, or raises its priority to `?2`.
+pub const JOIN: &str = "INSERT INTO message_groups (group_key, priority, served) VALUES (?1, ?2, ?3) \
+ON CONFLICT (group_key) DO UPDATE SET priority = max(priority, excluded.priority)";
+/// The round from place `?2` on: groups of priority `?1` or more, and the
+/// messages without a group (`''`), the one served longest ago first.
+pub const ROUND: &str = "SELECT id, group_key, served FROM message_groups INDEXED BY idx_groups_served \
+WHERE served >= ?2 AND (priority >= ?1 OR group_key = '') ORDER BY served, id LIMIT ?3";
+/// The oldest message of group `?1` (only it can be claimed).
+pub const HEAD: &str = "SELECT id, visible_at, attempt, max_attempts, expires_at FROM messages \
+INDEXED BY idx_messages_group WHERE group_key = ?1 ORDER BY id LIMIT 1";
+/// Due messages without a group, of priority `?1` or more, in claim order.
+pub const DUE: &str = "SELECT id, attempt, max_attempts, expires_at FROM messages INDEXED BY idx_messages_ready \
+WHERE group_key IS NULL AND priority >= ?1 AND visible_at <= ?2 ORDER BY priority DESC, ready_at, id LIMIT ?3";
+/// Claims the messages of the JSON array of ids `?3` for one delivery.
+pub const CLAIM_IDS: &str = "UPDATE messages SET visible_at = ?1, attempt = attempt + 1, receipt_handle = ?2 \
+WHERE id IN (SELECT value FROM json_each(?3)) \
+RETURNING id, payload_type, payload_data, attempt, priority, group_key, max_attempts";
+/// Moves a participant of the round to place `?1`.
+pub const SERVE: &str = "UPDATE message_groups SET served = ?1 WHERE id = ?2";
+/// Copies message `?1` into the dead letters with error `?2` at `?3`.
+pub const BURY: &str = "INSERT INTO dead_letters (id, payload_type, payload_data, enqueued_at, visible_at, attempt, \
+priority, group_key, max_attempts, backoff_ms, expires_at, last_error, died_at) \
+SELECT id, payload_type, payload_data, enqueued_at, visible_at, attempt, priority, group_key, max_attempts, \
+backoff_ms, expires_at, ?2, ?3 FROM messages WHERE id = ?1";
+/// Deletes message `?1`; its group, for [`LEAVE`].
+pub const DELETE_V2: &str = "DELETE FROM messages WHERE id = ?1 RETURNING group_key";
+/// Group `?1` leaves the round when it has no message left.
+pub const LEAVE: &str = "DELETE FROM message_groups WHERE group_key = ?1 \
+AND NOT EXISTS (SELECT 1 FROM messages INDEXED BY idx_messages_group WHERE group_key = ?1)";
+/// `localqueue.v2` ack: deletes a message by its current receipt; its group.
+pub const ACK_V2: &str =
+    "DELETE FROM messages WHERE id = ?1 AND receipt_handle = ?2 RETURNING group_key";
+/// [`ACK_BATCH`] returning the groups too.
+pub const ACK_BATCH_V2: &str = "DELETE FROM messages WHERE id IN (SELECT m.id FROM json_each(?1) AS r \
+JOIN messages AS m ON m.id = json_extract(r.value, '$[0]') \
+AND m.receipt_handle = json_extract(r.value, '$[1]')) RETURNING id, receipt_handle, group_key";
+/// [`ACK_CLAIMED`] returning the groups too.
+pub const ACK_CLAIMED_V2: &str = "DELETE FROM messages WHERE receipt_handle = ?1 \
+AND id IN (SELECT value FROM json_each(?2)) RETURNING id, group_key";
+/// Moves the deadline of a live delivery (`?4` is now).
+pub const HEARTBEAT: &str =
+    "UPDATE messages SET visible_at = ?3 WHERE id = ?1 AND receipt_handle = ?2 AND visible_at > ?4";
+/// What a receipt's message holds, to tell a stale receipt and a lapsed
+/// delivery apart, and to retry it.
+pub const DELIVERY: &str =
+    "SELECT receipt_handle, attempt, max_attempts, backoff_ms FROM messages WHERE id = ?1";
+/// A retried message: due (and ready) at `?2`, its delivery ended.
+pub const RETRY: &str = "UPDATE messages SET visible_at = ?2, ready_at = ?2, receipt_handle = NULL, last_error = ?3 \
+WHERE id = ?1";
+/// Deletes a dead letter.
+pub const DELETE_DEAD: &str = "DELETE FROM dead_letters WHERE id = ?1";
+/// A message as inspected (`localqueue.v2`).
+pub const JOB: &str = "SELECT payload_type, payload_data, attempt, max_attempts, priority, group_key, enqueued_at, \
+visible_at, expires_at, last_error, receipt_handle IS NOT NULL FROM messages WHERE id = ?1";
+/// A message as inspected (`localqueue.v1`).
+pub const JOB_V1: &str = "SELECT payload_type, payload_data, attempt, NULL, 0, NULL, enqueued_at, \
+visible_at, NULL, NULL, receipt_handle IS NOT NULL FROM messages WHERE id = ?1";
+/// A dead letter as inspected.
+pub const DEAD_JOB: &str = "SELECT payload_type, payload_data, attempt, max_attempts, priority, group_key, enqueued_at, \
+visible_at, expires_at, last_error, died_at FROM dead_letters WHERE id = ?1";
+/// Dead letters with ids above `?1`, by id.
+pub const DEAD_PAGE: &str = "SELECT payload_type, payload_data, attempt, max_attempts, priority, group_key, enqueued_at, \
+visible_at, expires_at, last_error, died_at, id FROM dead_letters WHERE id > ?1 ORDER BY id LIMIT ?2";
+/// The expired messages (expiry at or before `?1`).
+pub const EXPIRED: &str =
+    "SELECT id FROM messages INDEXED BY idx_messages_expiry WHERE expires_at <= ?1";
+/// Sends dead letter `?1` again as a new message, due (and ready) at `?2`.
+pub const REDRIVE: &str = "INSERT INTO messages (payload_type, payload_data, enqueued_at, visible_at, attempt, \
+priority, ready_at, group_key, max_attempts, backoff_ms, expires_at, last_error) \
+SELECT payload_type, payload_data, ?2, ?2, 0, priority, ?2, group_key, max_attempts, backoff_ms, \
+NULL, last_error FROM dead_letters WHERE id = ?1 RETURNING id, group_key, priority";
+/// Every group leaves the round (after a purge).
+pub const PURGE_GROUPS: &str = "DELETE FROM message_groups WHERE group_key <> ''";
+/// Deletes every dead letter.
+pub const PURGE_DEAD: &str = "DELETE FROM dead_letters";
+/// Whether the queue has any group (the lane's key `''` sorts first).
+pub const ANY_GROUP: &str = "SELECT id FROM message_groups WHERE group_key > '' LIMIT 1";
+
 /// Receipts longer than this were never issued (an id and a UUID are < 64
 /// bytes); they are not parsed at all.
 const MAX_RECEIPT_LEN: usize = 128;
 
-/// A `localqueue.v1` queue: `<data-dir>/queue/<name>/localqueue.sqlite`.
+/// A queue: `<data-dir>/queue/<name>/localqueue.sqlite`, in
+/// `localqueue.v1` or `localqueue.v2`.
 #[derive(Debug, Clone)]
 pub struct QueueStore {
     store: Store,
+    name: String,
+}
+
+/// What [`QueueStore::migrate`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Migrated {
+    /// The file was `localqueue.v1` and is now `localqueue.v2`.
+    Upgraded,
+    /// The file was already `localqueue.v2`; nothing changed.
+    AlreadyV2,
 }
 
 /// The file of queue `name` under `data_dir`.
@@ -109,13 +295,26 @@ async fn settle_on(
     uuid: &str,
     now: i64,
 ) -> Result<Settled, Failure> {
-    let changed = if sql == NACK {
-        exec(conn, sql, (id, uuid, now)).await?
+    if sql == ACK_V2 {
+        let mut rows = query(conn, sql, (id, uuid)).await?;
+        let mut deleted = None;
+        while let Some(row) = rows.next().await? {
+            deleted = Some(text_or_null(&row, 0)?);
+        }
+        drop(rows);
+        if let Some(group) = deleted {
+            leave_on(conn, group.as_deref()).await?;
+            return Ok(Settled::Done);
+        }
     } else {
-        exec(conn, sql, (id, uuid)).await?
-    };
-    if changed == 1 {
-        return Ok(Settled::Done);
+        let changed = if sql == NACK {
+            exec(conn, sql, (id, uuid, now)).await?
+        } else {
+            exec(conn, sql, (id, uuid)).await?
+        };
+        if changed == 1 {
+            return Ok(Settled::Done);
+        }
     }
     let mut rows = query(conn, EXISTS, (id,)).await?;
     let mut exists = false;
@@ -148,21 +347,412 @@ fn corrupt(path: &Path, id: i64, column: &str, found: &Value) -> AlkError {
     ))
 }
 
+fn text_or_null(row: &turso::Row, i: usize) -> Result<Option<String>, Failure> {
+    Ok(match row.get_value(i)? {
+        Value::Text(t) => Some(t),
+        _ => None,
+    })
+}
+
+fn int_or_null(row: &turso::Row, i: usize) -> Result<Option<i64>, Failure> {
+    Ok(match row.get_value(i)? {
+        Value::Integer(n) => Some(n),
+        _ => None,
+    })
+}
+
+fn count(n: i64) -> u32 {
+    u32::try_from(n.max(0)).unwrap_or(u32::MAX)
+}
+
+/// The payload of columns `kind` and `data` of a row of message `id`.
+fn payload_at(
+    row: &turso::Row,
+    kind: usize,
+    data: usize,
+    path: &Path,
+    id: i64,
+) -> Result<Payload, Failure> {
+    let text = match row.get_value(data)? {
+        Value::Text(t) => t,
+        other => return Err(Failure::Alk(corrupt(path, id, "payload_data", &other))),
+    };
+    match row.get_value(kind)? {
+        Value::Text(k) if k == "json" => Ok(Payload::Json(text)),
+        Value::Text(k) if k == "text" => Ok(Payload::Text(text)),
+        other => Err(Failure::Alk(corrupt(path, id, "payload_type", &other))),
+    }
+}
+
+/// A [`JobInfo`] from a row of [`JOB`], [`JOB_V1`], [`DEAD_JOB`] or
+/// [`DEAD_PAGE`] (column 10: delivered, or died at).
+fn job_at(
+    row: &turso::Row,
+    id: i64,
+    dead: bool,
+    now: i64,
+    path: &Path,
+) -> Result<JobInfo, Failure> {
+    let visible_at = row.get::<i64>(7)?;
+    let (state, died_at) = if dead {
+        (JobState::Dead, Some(row.get::<i64>(10)?))
+    } else {
+        (
+            JobState::of(row.get::<i64>(10)? != 0, visible_at, now),
+            None,
+        )
+    };
+    Ok(JobInfo {
+        id,
+        payload: payload_at(row, 0, 1, path, id)?,
+        state,
+        attempt: count(row.get::<i64>(2)?),
+        max_attempts: int_or_null(row, 3)?.map(count),
+        priority: i32::try_from(row.get::<i64>(4)?).unwrap_or(0),
+        group: text_or_null(row, 5)?,
+        enqueued_at: row.get::<i64>(6)?,
+        due_at: visible_at,
+        expires_at: int_or_null(row, 8)?,
+        last_error: text_or_null(row, 9)?,
+        died_at,
+    })
+}
+
+/// Group `group` leaves the round if it has no message left.
+async fn leave_on(conn: &Connection, group: Option<&str>) -> Result<(), Failure> {
+    if let Some(g) = group {
+        exec(conn, LEAVE, (g,)).await?;
+    }
+    Ok(())
+}
+
+/// The last place in the round.
+async fn last_served(conn: &Connection) -> Result<i64, Failure> {
+    let mut rows = query(conn, LAST_SERVED, ()).await?;
+    let mut last = 0;
+    while let Some(row) = rows.next().await? {
+        last = row.get::<i64>(0)?;
+    }
+    Ok(last)
+}
+
+/// Group `group` joins the round at its back (or raises its priority).
+async fn join_on(conn: &Connection, group: &str, priority: i64) -> Result<(), Failure> {
+    let last = last_served(conn).await?;
+    exec(conn, JOIN, (group, priority, last)).await?;
+    Ok(())
+}
+
+/// Moves message `id` to the dead letters with `error`.
+async fn bury_on(conn: &Connection, id: i64, error: &str, now: i64) -> Result<(), Failure> {
+    exec(conn, BURY, (id, error, now)).await?;
+    let mut rows = query(conn, DELETE_V2, (id,)).await?;
+    let mut group = None;
+    while let Some(row) = rows.next().await? {
+        group = text_or_null(&row, 0)?;
+    }
+    drop(rows);
+    leave_on(conn, group.as_deref()).await
+}
+
+/// Why a due message goes to the dead letters instead of a delivery.
+fn unfit(
+    attempt: i64,
+    max_attempts: Option<i64>,
+    expires_at: Option<i64>,
+    now: i64,
+) -> Option<String> {
+    if expires_at.is_some_and(|at| at <= now) {
+        Some(EXPIRED_ERROR.to_string())
+    } else if max_attempts.is_some_and(|max| attempt >= max) {
+        Some(lapsed_error(count(attempt)))
+    } else {
+        None
+    }
+}
+
+/// The `localqueue.v2` claim, inside its transaction (see
+/// [`QueueEngine::claim`] for the rules).
+async fn claim_v2_on(
+    conn: &Connection,
+    path: &Path,
+    max: u32,
+    visible_until: i64,
+    now: i64,
+    floor: i64,
+) -> Result<Vec<Delivery>, Failure> {
+    let uuid = uuid::Uuid::new_v4().hyphenated().to_string();
+    let mut out: Vec<Delivery> = Vec::new();
+    // Participants (their rows) in the order served; the lane's row too.
+    let mut served: Vec<i64> = Vec::new();
+    let mut lane_row = None;
+    loop {
+        let mut left = max as usize - out.len();
+        let mut picks: Vec<i64> = Vec::new();
+        let mut buried = false;
+        let mut from = i64::MIN;
+        let mut seen = std::collections::HashSet::new();
+        'round: loop {
+            let page = (left + 32) as i64;
+            let mut rows = query(conn, ROUND, (floor, from, page)).await?;
+            let mut round = Vec::new();
+            while let Some(row) = rows.next().await? {
+                round.push((
+                    row.get::<i64>(0)?,
+                    row.get::<String>(1)?,
+                    row.get::<i64>(2)?,
+                ));
+            }
+            drop(rows);
+            let full = round.len() as i64 == page;
+            let mut fresh = false;
+            for (gid, key, at) in round {
+                if !seen.insert(gid) {
+                    continue;
+                }
+                fresh = true;
+                from = at;
+                if key.is_empty() {
+                    lane_row = Some(gid);
+                    let mut rows = query(conn, DUE, (floor, now, left as i64)).await?;
+                    let mut due = Vec::new();
+                    while let Some(row) = rows.next().await? {
+                        due.push((
+                            row.get::<i64>(0)?,
+                            row.get::<i64>(1)?,
+                            int_or_null(&row, 2)?,
+                            int_or_null(&row, 3)?,
+                        ));
+                    }
+                    drop(rows);
+                    let mut gave = false;
+                    for (id, attempt, max_attempts, expires_at) in due {
+                        match unfit(attempt, max_attempts, expires_at, now) {
+                            Some(error) => {
+                                bury_on(conn, id, &error, now).await?;
+                                buried = true;
+                            }
+                            None => {
+                                picks.push(id);
+                                left -= 1;
+                                gave = true;
+                            }
+                        }
+                    }
+                    if gave && !served.contains(&gid) {
+                        served.push(gid);
+                    }
+                } else {
+                    let mut rows = query(conn, HEAD, (key.as_str(),)).await?;
+                    let mut head = None;
+                    while let Some(row) = rows.next().await? {
+                        head = Some((
+                            row.get::<i64>(0)?,
+                            row.get::<i64>(1)?,
+                            row.get::<i64>(2)?,
+                            int_or_null(&row, 3)?,
+                            int_or_null(&row, 4)?,
+                        ));
+                    }
+                    drop(rows);
+                    let Some((id, visible_at, attempt, max_attempts, expires_at)) = head else {
+                        continue;
+                    };
+                    if visible_at > now {
+                        continue;
+                    }
+                    match unfit(attempt, max_attempts, expires_at, now) {
+                        Some(error) => {
+                            bury_on(conn, id, &error, now).await?;
+                            buried = true;
+                        }
+                        None => {
+                            picks.push(id);
+                            left -= 1;
+                            if !served.contains(&gid) {
+                                served.push(gid);
+                            }
+                        }
+                    }
+                }
+                if left == 0 {
+                    break 'round;
+                }
+            }
+            if !full || !fresh {
+                break;
+            }
+        }
+        if !picks.is_empty() {
+            let ids = format!(
+                "[{}]",
+                picks
+                    .iter()
+                    .map(|i| i.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            );
+            let mut rows = query(
+                conn,
+                CLAIM_IDS,
+                (visible_until, uuid.as_str(), ids.as_str()),
+            )
+            .await?;
+            let mut claimed = std::collections::HashMap::new();
+            while let Some(row) = rows.next().await? {
+                let id = row.get::<i64>(0)?;
+                claimed.insert(
+                    id,
+                    Delivery {
+                        id,
+                        payload: payload_at(&row, 1, 2, path, id)?,
+                        receipt: format!("{id}:{uuid}"),
+                        attempt: count(row.get::<i64>(3)?),
+                        priority: i32::try_from(row.get::<i64>(4)?).unwrap_or(0),
+                        group: text_or_null(&row, 5)?,
+                        max_attempts: int_or_null(&row, 6)?.map(count),
+                    },
+                );
+            }
+            drop(rows);
+            // In the order picked (the statement returns rows in any order).
+            out.extend(picks.iter().filter_map(|id| claimed.remove(id)));
+        }
+        if !buried || out.len() >= max as usize {
+            break;
+        }
+    }
+    // Every participant served moves to the back of the round, in the
+    // order served; the lane only when the queue has groups at all.
+    if !served.is_empty() {
+        let mut next = last_served(conn).await?;
+        let mut any_group = None;
+        for gid in served {
+            if Some(gid) == lane_row {
+                if any_group.is_none() {
+                    let mut rows = query(conn, ANY_GROUP, ()).await?;
+                    let mut found = false;
+                    while rows.next().await?.is_some() {
+                        found = true;
+                    }
+                    any_group = Some(found);
+                }
+                if any_group != Some(true) {
+                    continue;
+                }
+            }
+            next += 1;
+            exec(conn, SERVE, (next, gid)).await?;
+        }
+    }
+    Ok(out)
+}
+
+/// Builds the error of a job option used on a `localqueue.v1` file.
+fn needs_v2(store: &Store, name: &str, what: &str) -> AlkError {
+    AlkError::InvalidArgument(format!(
+        "queue {name} is stored as localqueue.v1 ({}), which has no {what}; migrate it to localqueue.v2 \
+         with `alk-host migrate queue {name}` (with every process using it stopped), or use a new queue",
+        store.path().display()
+    ))
+}
+
 impl QueueStore {
     /// Opens (creating on first use) queue `name` under `data_dir`; the
-    /// name is checked by the caller.
+    /// name is checked by the caller. A new file gets the format
+    /// `options.new_queues` says; an existing one keeps its own.
     pub async fn open(
         data_dir: &Path,
         name: &str,
         options: impl Into<StoreOptions>,
     ) -> AlkResult<Self> {
-        let store = open_store(&queue_path(data_dir, name), &FORMAT, options).await?;
-        Ok(QueueStore { store })
+        let options = options.into();
+        let format = match options.new_queues {
+            NewQueues::V2 => &NEW_V2,
+            NewQueues::V1 => &NEW_V1,
+        };
+        let store = open_store(&queue_path(data_dir, name), format, options).await?;
+        Ok(QueueStore {
+            store,
+            name: name.to_string(),
+        })
+    }
+
+    /// Moves queue `name` under `data_dir` from `localqueue.v1` to
+    /// `localqueue.v2`, in one transaction: ids, attempts, receipts and due
+    /// times are kept. Refused (`busy`) while any process has the store
+    /// open; no process can open it while the migration runs. A file that
+    /// does not exist is not created.
+    pub async fn migrate(
+        data_dir: &Path,
+        name: &str,
+        options: impl Into<StoreOptions>,
+    ) -> AlkResult<Migrated> {
+        let path = queue_path(data_dir, name);
+        if !path.exists() {
+            return Err(AlkError::InvalidArgument(format!(
+                "there is no queue {name} under {} ({} does not exist)",
+                data_dir.display(),
+                path.display()
+            )));
+        }
+        let store = Store::unopened(&path, &NEW_V2, options.into());
+        store
+            .with_exclusive(async |conn: &Connection, found: &'static Format| {
+                if found.marker == FORMAT_V2.marker {
+                    return Ok(Migrated::AlreadyV2);
+                }
+                conn.execute("BEGIN IMMEDIATE", ()).await?;
+                let upgraded = async {
+                    // Read the marker again inside the transaction.
+                    let mut rows =
+                        query(conn, "SELECT value FROM meta WHERE key = 'format'", ()).await?;
+                    let mut marker = None;
+                    while let Some(row) = rows.next().await? {
+                        marker = text_or_null(&row, 0)?;
+                    }
+                    drop(rows);
+                    if marker.as_deref() != Some(FORMAT.marker) {
+                        return Ok(false);
+                    }
+                    conn.execute_batch(UPGRADE).await?;
+                    Ok::<bool, Failure>(true)
+                }
+                .await;
+                match upgraded {
+                    Ok(true) => {
+                        conn.execute("COMMIT", ()).await?;
+                        Ok(Migrated::Upgraded)
+                    }
+                    Ok(false) => {
+                        conn.execute("ROLLBACK", ()).await?;
+                        Ok(Migrated::AlreadyV2)
+                    }
+                    Err(e) => {
+                        let _ = conn.execute("ROLLBACK", ()).await;
+                        Err(e)
+                    }
+                }
+            })
+            .await
     }
 
     /// The queue's file.
     pub fn path(&self) -> &Path {
         self.store.path()
+    }
+
+    /// Whether the file is `localqueue.v2`.
+    pub async fn is_v2(&self) -> AlkResult<bool> {
+        Ok(self.store.file_format().await?.marker == FORMAT_V2.marker)
+    }
+
+    async fn require_v2(&self, what: &str) -> AlkResult<()> {
+        if self.is_v2().await? {
+            Ok(())
+        } else {
+            Err(needs_v2(&self.store, &self.name, what))
+        }
     }
 
     async fn settle(&self, sql: &'static str, receipt: &str, now: i64) -> AlkResult<Settled> {
@@ -171,6 +761,11 @@ impl QueueStore {
         let Some((id, uuid)) = parse_receipt(receipt) else {
             return Ok(Settled::Gone);
         };
+        let sql = if sql == ACK && self.is_v2().await? {
+            ACK_V2
+        } else {
+            sql
+        };
         let uuid = uuid.as_str();
         self.store
             .run_immediate(|conn: Connection| {
@@ -178,41 +773,103 @@ impl QueueStore {
             })
             .await
     }
+
+    /// The current delivery of a receipt, inside a transaction: `Ok` with
+    /// (attempt, max attempts, backoff base), or how it settles without.
+    async fn delivery_on(
+        conn: &Connection,
+        id: i64,
+        uuid: &str,
+    ) -> Result<Result<(i64, Option<i64>, Option<i64>), Settled>, Failure> {
+        let mut rows = query(conn, DELIVERY, (id,)).await?;
+        let mut found = None;
+        while let Some(row) = rows.next().await? {
+            found = Some((
+                text_or_null(&row, 0)?,
+                row.get::<i64>(1)?,
+                int_or_null(&row, 2)?,
+                int_or_null(&row, 3)?,
+            ));
+        }
+        Ok(match found {
+            None => Err(Settled::Gone),
+            Some((receipt, ..)) if receipt.as_deref() != Some(uuid) => Err(Settled::Stale),
+            Some((_, attempt, max, backoff)) => Ok((attempt, max, backoff)),
+        })
+    }
 }
 
 #[async_trait]
 impl QueueEngine for QueueStore {
-    async fn send(&self, payload: &Payload, now: i64) -> AlkResult<i64> {
-        let (kind, data) = payload.parts();
-        self.store
-            .run_write(|conn: Connection| {
-                Box::pin(async move {
-                    exec(&conn, SEND, (kind, data, now)).await?;
-                    Ok(conn.last_insert_rowid())
-                })
-            })
-            .await
-    }
-
-    async fn send_batch(&self, payloads: &[Payload], now: i64) -> AlkResult<Vec<i64>> {
-        self.store
-            .run_immediate(|conn: Connection| {
-                Box::pin(async move {
-                    let mut ids = Vec::with_capacity(payloads.len());
-                    for p in payloads {
-                        let (kind, data) = p.parts();
+    async fn send(&self, payloads: &[Payload], stamp: &Stamp, now: i64) -> AlkResult<Vec<i64>> {
+        let v2 = self.is_v2().await?;
+        if !v2 && let Some(what) = stamp.beyond_plain(now) {
+            return Err(needs_v2(&self.store, &self.name, what));
+        }
+        let one = payloads.len() == 1 && stamp.group.is_none();
+        let op = |conn: Connection| -> crate::retry::OpFuture<'_, Vec<i64>> {
+            Box::pin(async move {
+                if let Some(g) = &stamp.group {
+                    join_on(&conn, g, i64::from(stamp.priority)).await?;
+                }
+                let mut ids = Vec::with_capacity(payloads.len());
+                for p in payloads {
+                    let (kind, data) = p.parts();
+                    if v2 {
+                        exec(
+                            &conn,
+                            SEND_V2,
+                            (
+                                kind,
+                                data,
+                                now,
+                                stamp.due_at,
+                                i64::from(stamp.priority),
+                                stamp.group.as_deref(),
+                                stamp.max_attempts.map(i64::from),
+                                stamp.backoff_base_ms.map(|b| b as i64),
+                                stamp.expires_at,
+                            ),
+                        )
+                        .await?;
+                    } else {
                         exec(&conn, SEND, (kind, data, now)).await?;
-                        ids.push(conn.last_insert_rowid());
                     }
-                    Ok(ids)
-                })
+                    ids.push(conn.last_insert_rowid());
+                }
+                Ok(ids)
             })
-            .await
+        };
+        if one {
+            self.store.run_write(op).await
+        } else {
+            self.store.run_immediate(op).await
+        }
     }
 
-    async fn receive(&self, max: u32, visible_at: i64, now: i64) -> AlkResult<Vec<Delivery>> {
-        let max = i64::from(max);
+    async fn claim(
+        &self,
+        max: u32,
+        visible_at: i64,
+        now: i64,
+        floor: Option<i32>,
+    ) -> AlkResult<Vec<Delivery>> {
         let path = self.store.path();
+        if self.is_v2().await? {
+            let floor = i64::from(floor.unwrap_or(i32::MIN));
+            return self
+                .store
+                .run_immediate(|conn: Connection| {
+                    Box::pin(
+                        async move { claim_v2_on(&conn, path, max, visible_at, now, floor).await },
+                    )
+                })
+                .await;
+        }
+        if floor.is_some() {
+            return Err(needs_v2(&self.store, &self.name, "priorities"));
+        }
+        let max = i64::from(max);
         self.store
             .run_immediate(|conn: Connection| {
                 Box::pin(async move {
@@ -224,29 +881,7 @@ impl QueueEngine for QueueStore {
                     // on this connection fail with Busy.
                     while let Some(row) = rows.next().await? {
                         let id = row.get::<i64>(0)?;
-                        let data = match row.get_value(2)? {
-                            Value::Text(t) => t,
-                            other => {
-                                return Err(Failure::Alk(corrupt(
-                                    path,
-                                    id,
-                                    "payload_data",
-                                    &other,
-                                )));
-                            }
-                        };
-                        let payload = match row.get_value(1)? {
-                            Value::Text(k) if k == "json" => Payload::Json(data),
-                            Value::Text(k) if k == "text" => Payload::Text(data),
-                            other => {
-                                return Err(Failure::Alk(corrupt(
-                                    path,
-                                    id,
-                                    "payload_type",
-                                    &other,
-                                )));
-                            }
-                        };
+                        let payload = payload_at(&row, 1, 2, path, id)?;
                         let attempt = row.get::<i64>(3)?;
                         let enqueued_at = row.get::<i64>(4)?;
                         claimed.push((
@@ -255,7 +890,10 @@ impl QueueEngine for QueueStore {
                                 id,
                                 payload,
                                 receipt: format!("{id}:{uuid}"),
-                                attempt: u32::try_from(attempt).unwrap_or(u32::MAX),
+                                attempt: count(attempt),
+                                priority: 0,
+                                group: None,
+                                max_attempts: None,
                             },
                         ));
                     }
@@ -282,15 +920,17 @@ impl QueueEngine for QueueStore {
         if pairs.is_empty() {
             return Ok(vec![Settled::Gone; receipts.len()]);
         }
+        let v2 = self.is_v2().await?;
         if let [(id, uuid)] = pairs.as_slice()
             && receipts.len() == 1
         {
             // One receipt: the single-ack statements (usually one).
             let (id, uuid) = (*id, *uuid);
+            let sql = if v2 { ACK_V2 } else { ACK };
             let outcome = self
                 .store
                 .run_immediate(|conn: Connection| {
-                    Box::pin(async move { settle_on(&conn, ACK, id, uuid, 0).await })
+                    Box::pin(async move { settle_on(&conn, sql, id, uuid, 0).await })
                 })
                 .await?;
             return Ok(vec![outcome]);
@@ -321,18 +961,36 @@ impl QueueEngine for QueueStore {
                 let unique = &unique;
                 Box::pin(async move {
                     let mut deleted: Vec<(i64, String)> = Vec::new();
-                    let mut rows = match shared {
-                        Some(uuid) => query(&conn, ACK_CLAIMED, (uuid, ids_json.as_str())).await?,
-                        None => query(&conn, ACK_BATCH, (pairs_json.as_str(),)).await?,
+                    let mut groups: Vec<String> = Vec::new();
+                    let mut rows = match (shared, v2) {
+                        (Some(uuid), false) => {
+                            query(&conn, ACK_CLAIMED, (uuid, ids_json.as_str())).await?
+                        }
+                        (Some(uuid), true) => {
+                            query(&conn, ACK_CLAIMED_V2, (uuid, ids_json.as_str())).await?
+                        }
+                        (None, false) => query(&conn, ACK_BATCH, (pairs_json.as_str(),)).await?,
+                        (None, true) => query(&conn, ACK_BATCH_V2, (pairs_json.as_str(),)).await?,
                     };
                     while let Some(row) = rows.next().await? {
                         let uuid = match shared {
                             Some(u) => u.to_string(),
                             None => row.get::<String>(1)?,
                         };
+                        if v2 {
+                            let at = if shared.is_some() { 1 } else { 2 };
+                            if let Some(g) = text_or_null(&row, at)?
+                                && !groups.contains(&g)
+                            {
+                                groups.push(g);
+                            }
+                        }
                         deleted.push((row.get::<i64>(0)?, uuid));
                     }
                     drop(rows);
+                    for g in &groups {
+                        leave_on(&conn, Some(g)).await?;
+                    }
                     // Every message acked: none can be stale, no need to look.
                     let mut existing = std::collections::HashSet::new();
                     if deleted.len() < unique.len() {
@@ -383,12 +1041,230 @@ impl QueueEngine for QueueStore {
     }
 
     async fn purge(&self) -> AlkResult<()> {
+        let v2 = self.is_v2().await?;
+        let op = |conn: Connection| -> crate::retry::OpFuture<'_, ()> {
+            Box::pin(async move {
+                exec(&conn, PURGE, ()).await?;
+                if v2 {
+                    exec(&conn, PURGE_GROUPS, ()).await?;
+                }
+                Ok(())
+            })
+        };
+        if v2 {
+            self.store.run_immediate(op).await
+        } else {
+            self.store.run_write(op).await
+        }
+    }
+
+    async fn heartbeat(&self, receipt: &str, deadline: i64, now: i64) -> AlkResult<Beat> {
+        let Some((id, uuid)) = parse_receipt(receipt) else {
+            return Ok(Beat::Gone);
+        };
+        let uuid = uuid.as_str();
+        self.store
+            .run_immediate(|conn: Connection| {
+                Box::pin(async move {
+                    if exec(&conn, HEARTBEAT, (id, uuid, deadline, now)).await? == 1 {
+                        return Ok(Beat::Extended);
+                    }
+                    Ok(match Self::delivery_on(&conn, id, uuid).await? {
+                        Ok(_) => Beat::Lapsed,
+                        Err(Settled::Stale) => Beat::Stale,
+                        Err(_) => Beat::Gone,
+                    })
+                })
+            })
+            .await
+    }
+
+    async fn retry(
+        &self,
+        receipt: &str,
+        error: &str,
+        delay: RetryDelay,
+        now: i64,
+    ) -> AlkResult<Retried> {
+        self.require_v2("retries").await?;
+        let Some((id, uuid)) = parse_receipt(receipt) else {
+            return Ok(Retried::Gone);
+        };
+        let uuid = uuid.as_str();
+        self.store
+            .run_immediate(|conn: Connection| {
+                Box::pin(async move {
+                    let (attempt, max, backoff) = match Self::delivery_on(&conn, id, uuid).await? {
+                        Ok(d) => d,
+                        Err(Settled::Stale) => return Ok(Retried::Stale),
+                        Err(_) => return Ok(Retried::Gone),
+                    };
+                    if max.is_some_and(|m| attempt >= m) {
+                        bury_on(&conn, id, error, now).await?;
+                        return Ok(Retried::Dead);
+                    }
+                    let due = delay.due_at(backoff.map(|b| b.max(0) as u64), count(attempt), now);
+                    exec(&conn, RETRY, (id, due, error)).await?;
+                    Ok(Retried::Scheduled(due))
+                })
+            })
+            .await
+    }
+
+    async fn fail(&self, receipt: &str, error: &str, now: i64) -> AlkResult<Settled> {
+        self.require_v2("dead letters").await?;
+        let Some((id, uuid)) = parse_receipt(receipt) else {
+            return Ok(Settled::Gone);
+        };
+        let uuid = uuid.as_str();
+        self.store
+            .run_immediate(|conn: Connection| {
+                Box::pin(async move {
+                    match Self::delivery_on(&conn, id, uuid).await? {
+                        Ok(_) => {
+                            bury_on(&conn, id, error, now).await?;
+                            Ok(Settled::Done)
+                        }
+                        Err(s) => Ok(s),
+                    }
+                })
+            })
+            .await
+    }
+
+    async fn cancel(&self, id: i64) -> AlkResult<bool> {
+        let v2 = self.is_v2().await?;
+        self.store
+            .run_immediate(|conn: Connection| {
+                Box::pin(async move {
+                    if !v2 {
+                        return Ok(exec(&conn, "DELETE FROM messages WHERE id = ?1", (id,))
+                            .await?
+                            == 1);
+                    }
+                    let mut rows = query(&conn, DELETE_V2, (id,)).await?;
+                    let mut deleted = None;
+                    while let Some(row) = rows.next().await? {
+                        deleted = Some(text_or_null(&row, 0)?);
+                    }
+                    drop(rows);
+                    if let Some(group) = deleted {
+                        leave_on(&conn, group.as_deref()).await?;
+                        return Ok(true);
+                    }
+                    Ok(exec(&conn, DELETE_DEAD, (id,)).await? == 1)
+                })
+            })
+            .await
+    }
+
+    async fn job(&self, id: i64, now: i64) -> AlkResult<Option<JobInfo>> {
+        let v2 = self.is_v2().await?;
+        let path = self.store.path();
+        self.store
+            .run(|conn: Connection| {
+                Box::pin(async move {
+                    let mut rows = query(&conn, if v2 { JOB } else { JOB_V1 }, (id,)).await?;
+                    let mut found = None;
+                    while let Some(row) = rows.next().await? {
+                        found = Some(job_at(&row, id, false, now, path)?);
+                    }
+                    drop(rows);
+                    if found.is_some() || !v2 {
+                        return Ok(found);
+                    }
+                    let mut rows = query(&conn, DEAD_JOB, (id,)).await?;
+                    while let Some(row) = rows.next().await? {
+                        found = Some(job_at(&row, id, true, now, path)?);
+                    }
+                    Ok(found)
+                })
+            })
+            .await
+    }
+
+    async fn sweep_expired(&self, now: i64) -> AlkResult<u64> {
+        self.require_v2("expiry").await?;
+        self.store
+            .run_immediate(|conn: Connection| {
+                Box::pin(async move {
+                    let mut rows = query(&conn, EXPIRED, (now,)).await?;
+                    let mut ids = Vec::new();
+                    while let Some(row) = rows.next().await? {
+                        ids.push(row.get::<i64>(0)?);
+                    }
+                    drop(rows);
+                    for id in &ids {
+                        bury_on(&conn, *id, EXPIRED_ERROR, now).await?;
+                    }
+                    Ok(ids.len() as u64)
+                })
+            })
+            .await
+    }
+
+    async fn dead_letters(&self, after: i64, max: u32, now: i64) -> AlkResult<Vec<JobInfo>> {
+        if !self.is_v2().await? {
+            return Ok(Vec::new());
+        }
+        let path = self.store.path();
+        self.store
+            .run(|conn: Connection| {
+                Box::pin(async move {
+                    let mut rows = query(&conn, DEAD_PAGE, (after, i64::from(max))).await?;
+                    let mut out = Vec::new();
+                    while let Some(row) = rows.next().await? {
+                        let id = row.get::<i64>(11)?;
+                        out.push(job_at(&row, id, true, now, path)?);
+                    }
+                    Ok(out)
+                })
+            })
+            .await
+    }
+
+    async fn redrive(&self, ids: &[i64], now: i64) -> AlkResult<Vec<Option<i64>>> {
+        if !self.is_v2().await? {
+            return Ok(vec![None; ids.len()]);
+        }
+        self.store
+            .run_immediate(|conn: Connection| {
+                Box::pin(async move {
+                    let mut out = Vec::with_capacity(ids.len());
+                    for id in ids {
+                        let mut rows = query(&conn, REDRIVE, (*id, now)).await?;
+                        let mut back = None;
+                        while let Some(row) = rows.next().await? {
+                            back = Some((
+                                row.get::<i64>(0)?,
+                                text_or_null(&row, 1)?,
+                                row.get::<i64>(2)?,
+                            ));
+                        }
+                        drop(rows);
+                        let Some((new, group, priority)) = back else {
+                            out.push(None);
+                            continue;
+                        };
+                        exec(&conn, DELETE_DEAD, (*id,)).await?;
+                        if let Some(g) = group {
+                            join_on(&conn, &g, priority).await?;
+                        }
+                        out.push(Some(new));
+                    }
+                    Ok(out)
+                })
+            })
+            .await
+    }
+
+    async fn purge_dead(&self) -> AlkResult<u64> {
+        if !self.is_v2().await? {
+            return Ok(0);
+        }
         self.store
             .run_write(|conn: Connection| {
-                Box::pin(async move {
-                    exec(&conn, PURGE, ()).await?;
-                    Ok(())
-                })
+                Box::pin(async move { Ok(exec(&conn, PURGE_DEAD, ()).await?) })
             })
             .await
     }
@@ -403,31 +1279,43 @@ mod tests {
 
     #[tokio::test]
     async fn a_row_that_breaks_the_format_is_an_internal_error_naming_the_store() {
-        let dir = tempfile::tempdir().unwrap();
-        let q = QueueStore::open(dir.path(), "q", RetryPolicy::default())
-            .await
-            .unwrap();
-        q.send(&text("m"), 0).await.unwrap();
-        for (column, value) in [
-            ("payload_type", "'xml'"),
-            ("enqueued_at", "'soon'"),
-            ("payload_data", "x'00'"),
+        for (new_queues, columns) in [
+            (
+                NewQueues::V1,
+                ["payload_type", "enqueued_at", "payload_data"].as_slice(),
+            ),
+            (NewQueues::V2, &["payload_type", "payload_data"]),
         ] {
-            crate::write_sql(&q.store, &format!("UPDATE messages SET {column} = {value}")).await;
-            match q.receive(1, 1_000, 0).await {
-                Err(AlkError::Internal(m)) => {
-                    assert!(m.contains("localqueue.sqlite"), "{column}: {m}")
+            let dir = tempfile::tempdir().unwrap();
+            let options = StoreOptions {
+                new_queues,
+                ..StoreOptions::default()
+            };
+            let q = QueueStore::open(dir.path(), "q", options).await.unwrap();
+            q.send(&[text("m")], &Stamp::plain(0), 0).await.unwrap();
+            for column in columns {
+                let value = match *column {
+                    "payload_type" => "'xml'",
+                    "enqueued_at" => "'soon'",
+                    _ => "x'00'",
+                };
+                crate::write_sql(&q.store, &format!("UPDATE messages SET {column} = {value}"))
+                    .await;
+                match q.claim(1, 1_000, 0, None).await {
+                    Err(AlkError::Internal(m)) => {
+                        assert!(m.contains("localqueue.sqlite"), "{column}: {m}")
+                    }
+                    other => panic!("{new_queues:?} {column}: expected internal, got {other:?}"),
                 }
-                other => panic!("{column}: expected internal, got {other:?}"),
+                crate::write_sql(
+                    &q.store,
+                    "UPDATE messages SET payload_type = 'text', enqueued_at = 0, payload_data = 'm'",
+                )
+                .await;
             }
-            crate::write_sql(
-                &q.store,
-                "UPDATE messages SET payload_type = 'text', enqueued_at = 0, payload_data = 'm'",
-            )
-            .await;
+            // Nothing was claimed: the message is still due.
+            assert_eq!(q.next_visible().await.unwrap(), Some(0));
         }
-        // Nothing was claimed: the message is still due.
-        assert_eq!(q.next_visible().await.unwrap(), Some(0));
     }
 
     fn text(s: &str) -> Payload {
@@ -516,12 +1404,12 @@ mod tests {
     async fn the_messages_of_one_claim_share_its_uuid_and_every_claim_mints_one() {
         let dir = tempfile::tempdir().unwrap();
         let q = queue(dir.path()).await;
-        q.send_batch(&[text("a"), text("b"), text("c")], 0)
+        q.send(&[text("a"), text("b"), text("c")], &Stamp::plain(0), 0)
             .await
             .unwrap();
         let uuid = |d: &Delivery| d.receipt.split_once(':').unwrap().1.to_string();
-        let first = q.receive(1, 1_000, 0).await.unwrap();
-        let rest = q.receive(10, 1_000, 0).await.unwrap();
+        let first = q.claim(1, 1_000, 0, None).await.unwrap();
+        let rest = q.claim(10, 1_000, 0, None).await.unwrap();
         assert_eq!(rest.len(), 2);
         assert!(rest.iter().all(|d| uuid(d) == uuid(&rest[0])));
         assert_ne!(uuid(&first[0]), uuid(&rest[0]));
@@ -545,6 +1433,7 @@ mod tests {
                   INSERT OR IGNORE INTO meta (key, value) VALUES ('format', 'localqueue.v1');\n\
                   CREATE TABLE IF NOT EXISTS messages (id INTEGER PRIMARY KEY AUTOINCREMENT, payload_type TEXT NOT NULL, payload_data TEXT NOT NULL, enqueued_at INTEGER NOT NULL, visible_at INTEGER NOT NULL, attempt INTEGER NOT NULL DEFAULT 0, receipt_handle TEXT);\n\
                   CREATE INDEX IF NOT EXISTS idx_messages_visible ON messages (visible_at, enqueued_at, id);",
+            also: &[],
         };
         {
             let other = open_store(&path, &OTHER, RetryPolicy::default())
@@ -563,7 +1452,7 @@ mod tests {
             other.close_for_test();
         }
         let q = queue(dir.path()).await;
-        let got = q.receive(1, 1_000, 10).await.unwrap();
+        let got = q.claim(1, 1_000, 10, None).await.unwrap();
         assert_eq!(got[0].payload, text("from the other program"));
     }
 
@@ -582,7 +1471,7 @@ mod tests {
         holder.execute("BEGIN IMMEDIATE", ()).await.unwrap();
         let cpu_before = cpu_time();
         let started = Instant::now();
-        let result = q.send(&text("x"), 0).await;
+        let result = q.send(&[text("x")], &Stamp::plain(0), 0).await;
         let waited = started.elapsed();
         let cpu = cpu_time() - cpu_before;
         assert!(matches!(result, Err(AlkError::Busy(_))), "{result:?}");
@@ -593,9 +1482,9 @@ mod tests {
         holder.execute("ROLLBACK", ()).await.unwrap();
         q.store.check_in(&handle, holder);
         // Nothing was written by the refused send; the next one goes through.
-        assert!(q.receive(10, 30_001, 1).await.unwrap().is_empty());
-        q.send(&text("y"), 0).await.unwrap();
-        assert_eq!(q.receive(10, 30_001, 1).await.unwrap().len(), 1);
+        assert!(q.claim(10, 30_001, 1, None).await.unwrap().is_empty());
+        q.send(&[text("y")], &Stamp::plain(0), 0).await.unwrap();
+        assert_eq!(q.claim(10, 30_001, 1, None).await.unwrap().len(), 1);
     }
 
     fn cpu_time() -> std::time::Duration {
@@ -610,5 +1499,220 @@ mod tests {
         let ticks: u64 = fields.get(11).and_then(|u| u.parse().ok()).unwrap_or(0)
             + fields.get(12).and_then(|s| s.parse().ok()).unwrap_or(0);
         std::time::Duration::from_millis(ticks * 10)
+    }
+
+    const DOC_V2: &str = include_str!("../../../docs/formats/localqueue.v2.md");
+
+    #[test]
+    fn the_v2_document_pins_the_ddl_and_every_statement() {
+        crate::assert_document_pins(
+            "localqueue.v2.md",
+            DOC_V2,
+            &[
+                ("DDL_V2", DDL_V2),
+                ("UPGRADE", UPGRADE),
+                ("SEND_V2", SEND_V2),
+                ("LAST_SERVED", LAST_SERVED),
+                ("JOIN", JOIN),
+                ("ROUND", ROUND),
+                ("HEAD", HEAD),
+                ("DUE", DUE),
+                ("CLAIM_IDS", CLAIM_IDS),
+                ("SERVE", SERVE),
+                ("ANY_GROUP", ANY_GROUP),
+                ("BURY", BURY),
+                ("DELETE_V2", DELETE_V2),
+                ("LEAVE", LEAVE),
+                ("ACK_V2", ACK_V2),
+                ("ACK_BATCH_V2", ACK_BATCH_V2),
+                ("ACK_CLAIMED_V2", ACK_CLAIMED_V2),
+                ("HEARTBEAT", HEARTBEAT),
+                ("DELIVERY", DELIVERY),
+                ("RETRY", RETRY),
+                ("DELETE_DEAD", DELETE_DEAD),
+                ("JOB", JOB),
+                ("DEAD_JOB", DEAD_JOB),
+                ("DEAD_PAGE", DEAD_PAGE),
+                ("EXPIRED", EXPIRED),
+                ("REDRIVE", REDRIVE),
+                ("PURGE_GROUPS", PURGE_GROUPS),
+                ("PURGE_DEAD", PURGE_DEAD),
+            ],
+        );
+        // A new v2 file is the v1 DDL followed by the upgrade.
+        assert_eq!(DDL_V2, format!("{DDL}{UPGRADE}"));
+    }
+
+    async fn plan_of(q: &QueueStore, sql: &'static str, params: Vec<Value>) -> String {
+        q.store
+            .run(|conn: Connection| {
+                let params = params.clone();
+                Box::pin(async move {
+                    let mut rows = conn
+                        .query(&format!("EXPLAIN QUERY PLAN {sql}"), params)
+                        .await?;
+                    let mut plan = Vec::new();
+                    while let Some(row) = rows.next().await? {
+                        plan.push(row.get::<String>(3)?);
+                    }
+                    Ok(plan.join(" | "))
+                })
+            })
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn every_v2_claim_statement_is_index_driven_and_sorts_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let q = queue(dir.path()).await;
+        assert!(q.is_v2().await.unwrap());
+        let i = |n: i64| Value::Integer(n);
+        let t = |s: &str| Value::Text(s.into());
+        for (sql, params, index) in [
+            (ROUND, vec![i(0), i(0), i(10)], "idx_groups_served"),
+            (HEAD, vec![t("g")], "idx_messages_group"),
+            (DUE, vec![i(0), i(0), i(10)], "idx_messages_ready"),
+            (
+                CLAIM_IDS,
+                vec![i(1), t("u"), t("[1]")],
+                "INTEGER PRIMARY KEY",
+            ),
+            (LAST_SERVED, vec![], "idx_groups_served"),
+            (LEAVE, vec![t("g")], "idx_messages_group"),
+            (EXPIRED, vec![i(0)], "idx_messages_expiry"),
+            (ANY_GROUP, vec![], "INDEX"),
+            (SERVE, vec![i(1), i(1)], "INTEGER PRIMARY KEY"),
+        ] {
+            let plan = plan_of(&q, sql, params).await;
+            assert!(plan.contains(index), "{sql}: {plan}");
+            assert!(
+                !plan.contains("SORTER") && !plan.contains("TEMP B-TREE"),
+                "{sql}: {plan}"
+            );
+            assert!(
+                !plan.contains("SCAN messages |") && !plan.ends_with("SCAN messages"),
+                "{sql}: {plan}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn job_options_on_a_v1_file_name_the_migration_and_store_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let v1 = StoreOptions {
+            new_queues: NewQueues::V1,
+            ..StoreOptions::default()
+        };
+        let q = QueueStore::open(dir.path(), "old", v1).await.unwrap();
+        assert!(!q.is_v2().await.unwrap());
+        let mut stamp = Stamp::plain(0);
+        stamp.priority = 3;
+        match q.send(&[text("x")], &stamp, 0).await {
+            Err(AlkError::InvalidArgument(m)) => {
+                assert!(
+                    m.contains("alk-host migrate queue old") && m.contains("priority"),
+                    "{m}"
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            q.claim(1, 100, 0, Some(1)).await,
+            Err(AlkError::InvalidArgument(_))
+        ));
+        assert_eq!(q.next_visible().await.unwrap(), None);
+        // A host that makes v2 files still uses this one as v1.
+        let again = QueueStore::open(dir.path(), "old", StoreOptions::default())
+            .await
+            .unwrap();
+        assert!(!again.is_v2().await.unwrap());
+    }
+
+    /// What the v1 code wrote, read back the same way after the migration.
+    #[tokio::test]
+    async fn a_migrated_v1_store_keeps_ids_attempts_receipts_and_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let v1 = StoreOptions {
+            new_queues: NewQueues::V1,
+            ..StoreOptions::default()
+        };
+        let (receipt, high) = {
+            let q = QueueStore::open(dir.path(), "q", v1).await.unwrap();
+            let ids = q
+                .send(
+                    &[text("a"), text("b"), text("c"), text("d")],
+                    &Stamp::plain(10),
+                    10,
+                )
+                .await
+                .unwrap();
+            // "a" in flight (attempt 1); "d" acked, so the high-water mark is
+            // above every remaining id; "b" delivered and given back.
+            let a = q.claim(1, 1_000_000, 20, None).await.unwrap().remove(0);
+            let b = q.claim(1, 1_000_000, 20, None).await.unwrap().remove(0);
+            q.nack(&b.receipt, 30).await.unwrap();
+            let rest = q.claim(2, 1_000_000, 30, None).await.unwrap();
+            assert_eq!(
+                rest.iter().map(|d| d.id).collect::<Vec<_>>(),
+                [ids[1], ids[2]]
+            );
+            for d in &rest {
+                q.nack(&d.receipt, 40).await.unwrap();
+            }
+            let d = q.claim(4, 1_000_000, 40, None).await.unwrap();
+            let last = d.iter().find(|d| d.id == ids[3]).unwrap();
+            q.ack(&last.receipt).await.unwrap();
+            for other in d.iter().filter(|d| d.id != ids[3]) {
+                q.nack(&other.receipt, 50).await.unwrap();
+            }
+            q.store.close_for_test();
+            (a.receipt, ids[3])
+        };
+        // Refused while this process has it open.
+        let held = QueueStore::open(dir.path(), "q", v1).await.unwrap();
+        match QueueStore::migrate(dir.path(), "q", StoreOptions::default()).await {
+            Err(AlkError::Busy(m)) => assert!(m.contains("stop every process"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        held.store.close_for_test();
+        drop(held);
+        assert_eq!(
+            QueueStore::migrate(dir.path(), "q", StoreOptions::default())
+                .await
+                .unwrap(),
+            Migrated::Upgraded
+        );
+        assert_eq!(
+            QueueStore::migrate(dir.path(), "q", StoreOptions::default())
+                .await
+                .unwrap(),
+            Migrated::AlreadyV2
+        );
+        let q = queue(dir.path()).await;
+        assert!(q.is_v2().await.unwrap());
+        // The in-flight message keeps its attempt; its receipt still acks.
+        let a = q.job(1, 60).await.unwrap().unwrap();
+        assert_eq!((a.state, a.attempt), (JobState::InFlight, 1));
+        // Due messages come in their old order; attempts continue.
+        let got = q.claim(10, 1_000, 60, None).await.unwrap();
+        assert_eq!(
+            got.iter().map(|d| (d.id, d.attempt)).collect::<Vec<_>>(),
+            [(2, 4), (3, 3)]
+        );
+        assert_eq!(q.ack(&receipt).await.unwrap(), Settled::Done);
+        // New ids continue above the old high-water mark.
+        let next = q.send(&[text("e")], &Stamp::plain(70), 70).await.unwrap();
+        assert_eq!(next, [high + 1]);
+        // And the new options work.
+        let mut stamp = Stamp::plain(70);
+        stamp.group = Some("g".into());
+        q.send(&[text("f")], &stamp, 70).await.unwrap();
+        assert_eq!(
+            QueueStore::migrate(dir.path(), "missing", StoreOptions::default())
+                .await
+                .map_err(|e| matches!(e, AlkError::InvalidArgument(_))),
+            Err(true)
+        );
     }
 }

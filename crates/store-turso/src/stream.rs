@@ -49,6 +49,7 @@ CREATE TABLE IF NOT EXISTS consumer_offsets (
 pub static FORMAT: Format = Format {
     marker: "localstream.v1",
     ddl: DDL,
+    also: &[],
 };
 
 /// Assigns the next offset of a stream (1 for a new stream).

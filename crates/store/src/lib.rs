@@ -23,6 +23,7 @@
 pub mod conformance;
 pub mod engine;
 pub mod error;
+pub mod jobs;
 pub mod json;
 pub mod kv;
 pub mod limits;

@@ -12,6 +12,9 @@ use tokio::sync::OwnedMutexGuard;
 
 use crate::engine::Engine;
 use crate::error::{AlkError, AlkResult};
+use crate::jobs::{
+    Beat, EXPIRED_ERROR, JobInfo, JobState, Retried, RetryDelay, Stamp, lapsed_error,
+};
 use crate::kv::KvEngine;
 use crate::limits::page;
 use crate::lock::{Acquired, Holder, LockEngine};
@@ -182,24 +185,57 @@ impl KvEngine for MemBucket {
 }
 
 /// One message of a queue.
+#[derive(Clone)]
 struct Msg {
     payload: Payload,
     enqueued_at: i64,
     visible_at: i64,
+    /// When it became ready (claim order among messages without a group).
+    ready_at: i64,
     attempt: u32,
     receipt: Option<String>,
+    priority: i32,
+    group: Option<String>,
+    max_attempts: Option<u32>,
+    backoff_base_ms: Option<u64>,
+    expires_at: Option<i64>,
+    last_error: Option<String>,
 }
 
-#[derive(Default)]
+/// A group in the round: its place (`served`, then `seq`) and priority.
+struct Group {
+    seq: i64,
+    priority: i32,
+    served: i64,
+}
+
 struct QueueState {
     next_id: i64,
     msgs: BTreeMap<i64, Msg>,
+    dead: BTreeMap<i64, (Msg, i64)>,
+    groups: HashMap<String, Group>,
+    /// The place in the round of the messages without a group (sequence 0:
+    /// it joined first).
+    lane_served: i64,
+    next_seq: i64,
+}
+
+impl Default for QueueState {
+    fn default() -> Self {
+        QueueState {
+            next_id: 0,
+            msgs: BTreeMap::new(),
+            dead: BTreeMap::new(),
+            groups: HashMap::new(),
+            lane_served: 0,
+            next_seq: 1,
+        }
+    }
 }
 
 #[derive(Default)]
 struct MemQueue(Mutex<QueueState>);
 
-/// `"{id}:{delivery}"` as `(id, receipt)` when it could be one.
 /// The message id of a receipt shaped like the ones this engine issues
 /// (`<id>:<uuid>`, as the file engine's), whoever issued it.
 fn parse_receipt(receipt: &str) -> Option<i64> {
@@ -219,36 +255,181 @@ fn parse_receipt(receipt: &str) -> Option<i64> {
 /// for another queue's message.
 static CLAIMS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
+fn info(id: i64, m: &Msg, state: JobState, died_at: Option<i64>) -> JobInfo {
+    JobInfo {
+        id,
+        payload: m.payload.clone(),
+        state,
+        attempt: m.attempt,
+        max_attempts: m.max_attempts,
+        priority: m.priority,
+        group: m.group.clone(),
+        enqueued_at: m.enqueued_at,
+        due_at: m.visible_at,
+        expires_at: m.expires_at,
+        last_error: m.last_error.clone(),
+        died_at,
+    }
+}
+
+/// One participant of the round picked by a claim.
+enum Pick {
+    Group(String, i64),
+    Lane(Vec<i64>),
+}
+
 impl QueueState {
-    fn settle(&mut self, receipt: &str, nack_at: Option<i64>) -> Settled {
+    /// The message of a current receipt: `Ok(id)`, or how the receipt
+    /// settles without one.
+    fn current(&self, receipt: &str) -> Result<i64, Settled> {
         let Some(id) = parse_receipt(receipt) else {
-            return Settled::Gone;
+            return Err(Settled::Gone);
         };
-        match self.msgs.get_mut(&id) {
-            None => Settled::Gone,
-            Some(m) if m.receipt.as_deref() != Some(receipt) => Settled::Stale,
-            Some(m) => {
-                match nack_at {
-                    Some(at) => m.visible_at = at,
-                    None => {
-                        self.msgs.remove(&id);
-                    }
+        match self.msgs.get(&id) {
+            None => Err(Settled::Gone),
+            Some(m) if m.receipt.as_deref() != Some(receipt) => Err(Settled::Stale),
+            Some(_) => Ok(id),
+        }
+    }
+
+    fn settle(&mut self, receipt: &str, nack_at: Option<i64>) -> Settled {
+        let id = match self.current(receipt) {
+            Ok(id) => id,
+            Err(s) => return s,
+        };
+        match nack_at {
+            Some(at) => {
+                if let Some(m) = self.msgs.get_mut(&id) {
+                    m.visible_at = at;
                 }
-                Settled::Done
             }
+            None => {
+                self.remove(id);
+            }
+        }
+        Settled::Done
+    }
+
+    /// Deletes a message; its group leaves the round when it empties.
+    fn remove(&mut self, id: i64) -> Option<Msg> {
+        let m = self.msgs.remove(&id)?;
+        if let Some(g) = &m.group
+            && !self.msgs.values().any(|o| o.group.as_ref() == Some(g))
+        {
+            self.groups.remove(g);
+        }
+        Some(m)
+    }
+
+    fn bury(&mut self, id: i64, error: &str, now: i64) {
+        if let Some(mut m) = self.remove(id) {
+            m.last_error = Some(error.to_string());
+            self.dead.insert(id, (m, now));
+        }
+    }
+
+    fn max_served(&self) -> i64 {
+        self.groups
+            .values()
+            .map(|g| g.served)
+            .max()
+            .unwrap_or(0)
+            .max(self.lane_served)
+    }
+
+    fn join(&mut self, group: &str, priority: i32) {
+        let served = self.max_served();
+        match self.groups.get_mut(group) {
+            Some(g) => g.priority = g.priority.max(priority),
+            None => {
+                let seq = self.next_seq;
+                self.next_seq += 1;
+                self.groups.insert(
+                    group.to_string(),
+                    Group {
+                        seq,
+                        priority,
+                        served,
+                    },
+                );
+            }
+        }
+    }
+
+    /// The participants a claim of `max` takes, in order.
+    fn pick(&self, max: usize, now: i64, floor: i32) -> Vec<Pick> {
+        let mut heads: Vec<(i64, i64, String, i64)> = Vec::new();
+        for (key, g) in &self.groups {
+            if g.priority < floor {
+                continue;
+            }
+            let head = self
+                .msgs
+                .iter()
+                .find(|(_, m)| m.group.as_deref() == Some(key.as_str()));
+            if let Some((id, m)) = head
+                && m.visible_at <= now
+            {
+                heads.push((g.served, g.seq, key.clone(), *id));
+            }
+        }
+        heads.sort();
+        heads.truncate(max);
+        let mut lane: Vec<(std::cmp::Reverse<i32>, i64, i64)> = self
+            .msgs
+            .iter()
+            .filter(|(_, m)| m.group.is_none() && m.visible_at <= now && m.priority >= floor)
+            .map(|(id, m)| (std::cmp::Reverse(m.priority), m.ready_at, *id))
+            .collect();
+        lane.sort();
+        let mut picks = Vec::new();
+        let mut left = max;
+        let mut lane_done = false;
+        for (served, seq, key, id) in heads {
+            if !lane_done && (self.lane_served, 0) < (served, seq) {
+                lane_done = true;
+                let ids: Vec<i64> = lane.iter().take(left).map(|l| l.2).collect();
+                left -= ids.len();
+                if !ids.is_empty() {
+                    picks.push(Pick::Lane(ids));
+                }
+            }
+            if left == 0 {
+                break;
+            }
+            picks.push(Pick::Group(key, id));
+            left -= 1;
+        }
+        if !lane_done && left > 0 {
+            let ids: Vec<i64> = lane.iter().take(left).map(|l| l.2).collect();
+            if !ids.is_empty() {
+                picks.push(Pick::Lane(ids));
+            }
+        }
+        picks
+    }
+
+    /// Whether a due message must go to the dead letters rather than be
+    /// delivered: expired, or its last attempt's deadline passed.
+    fn unfit(m: &Msg, now: i64) -> Option<String> {
+        if m.expires_at.is_some_and(|at| at <= now) {
+            Some(EXPIRED_ERROR.to_string())
+        } else if m.max_attempts.is_some_and(|max| m.attempt >= max) {
+            Some(lapsed_error(m.attempt))
+        } else {
+            None
         }
     }
 }
 
 #[async_trait]
 impl QueueEngine for MemQueue {
-    async fn send(&self, payload: &Payload, now: i64) -> AlkResult<i64> {
-        Ok(self.send_batch(std::slice::from_ref(payload), now).await?[0])
-    }
-
-    async fn send_batch(&self, payloads: &[Payload], now: i64) -> AlkResult<Vec<i64>> {
+    async fn send(&self, payloads: &[Payload], stamp: &Stamp, now: i64) -> AlkResult<Vec<i64>> {
         let mut q = lock(&self.0);
         let mut ids = Vec::new();
+        if let Some(g) = &stamp.group {
+            q.join(g, stamp.priority);
+        }
         for p in payloads {
             q.next_id += 1;
             let id = q.next_id;
@@ -257,9 +438,16 @@ impl QueueEngine for MemQueue {
                 Msg {
                     payload: p.clone(),
                     enqueued_at: now,
-                    visible_at: now,
+                    visible_at: stamp.due_at,
+                    ready_at: stamp.due_at,
                     attempt: 0,
                     receipt: None,
+                    priority: stamp.priority,
+                    group: stamp.group.clone(),
+                    max_attempts: stamp.max_attempts,
+                    backoff_base_ms: stamp.backoff_base_ms,
+                    expires_at: stamp.expires_at,
+                    last_error: None,
                 },
             );
             ids.push(id);
@@ -267,29 +455,81 @@ impl QueueEngine for MemQueue {
         Ok(ids)
     }
 
-    async fn receive(&self, max: u32, visible_until: i64, now: i64) -> AlkResult<Vec<Delivery>> {
+    async fn claim(
+        &self,
+        max: u32,
+        visible_until: i64,
+        now: i64,
+        floor: Option<i32>,
+    ) -> AlkResult<Vec<Delivery>> {
         let mut q = lock(&self.0);
-        let mut due: Vec<(i64, i64)> = q
-            .msgs
-            .iter()
-            .filter(|(_, m)| m.visible_at <= now)
-            .map(|(id, m)| (m.enqueued_at, *id))
-            .collect();
-        due.sort_unstable();
+        let floor = floor.unwrap_or(i32::MIN);
         let claim = CLAIMS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
         let mut out = Vec::new();
-        for (_, id) in due.into_iter().take(max as usize) {
-            let m = q.msgs.get_mut(&id).expect("listed above");
-            m.visible_at = visible_until;
-            m.attempt += 1;
-            let receipt = format!("{id}:00000000-0000-4000-8000-{claim:012x}");
-            m.receipt = Some(receipt.clone());
-            out.push(Delivery {
-                id,
-                payload: m.payload.clone(),
-                receipt,
-                attempt: m.attempt,
-            });
+        // Participants of the round in the order they were served; `None`
+        // is the lane (the messages without a group).
+        let mut served: Vec<Option<String>> = Vec::new();
+        loop {
+            let picks = q.pick(max as usize - out.len(), now, floor);
+            if picks.is_empty() {
+                break;
+            }
+            let mut buried = false;
+            for pick in picks {
+                let (who, ids) = match pick {
+                    Pick::Group(key, id) => (Some(key), vec![id]),
+                    Pick::Lane(ids) => (None, ids),
+                };
+                let mut gave = false;
+                for id in ids {
+                    let unfit = q.msgs.get(&id).and_then(|m| QueueState::unfit(m, now));
+                    if let Some(error) = unfit {
+                        q.bury(id, &error, now);
+                        buried = true;
+                        continue;
+                    }
+                    gave = true;
+                    let m = q.msgs.get_mut(&id).expect("picked above");
+                    m.visible_at = visible_until;
+                    m.attempt += 1;
+                    let receipt = format!("{id}:00000000-0000-4000-8000-{claim:012x}");
+                    m.receipt = Some(receipt.clone());
+                    out.push(Delivery {
+                        id,
+                        payload: m.payload.clone(),
+                        receipt,
+                        attempt: m.attempt,
+                        priority: m.priority,
+                        group: m.group.clone(),
+                        max_attempts: m.max_attempts,
+                    });
+                }
+                if gave && !served.contains(&who) {
+                    served.push(who);
+                }
+            }
+            if !buried || out.len() >= max as usize {
+                break;
+            }
+        }
+        // Every participant served moves to the back of the round, in the
+        // order served; the lane only when the queue has groups at all.
+        let mut next = q.max_served();
+        let any_group = !q.groups.is_empty();
+        for who in served {
+            match who {
+                None if any_group => {
+                    next += 1;
+                    q.lane_served = next;
+                }
+                None => {}
+                Some(key) => {
+                    if let Some(g) = q.groups.get_mut(&key) {
+                        next += 1;
+                        g.served = next;
+                    }
+                }
+            }
         }
         Ok(out)
     }
@@ -316,7 +556,7 @@ impl QueueEngine for MemQueue {
             }
         }
         for id in &acked {
-            q.msgs.remove(id);
+            q.remove(*id);
         }
         for (i, r) in receipts.iter().enumerate() {
             if out[i] != Settled::Done
@@ -338,8 +578,133 @@ impl QueueEngine for MemQueue {
     }
 
     async fn purge(&self) -> AlkResult<()> {
-        lock(&self.0).msgs.clear();
+        let mut q = lock(&self.0);
+        q.msgs.clear();
+        q.groups.clear();
         Ok(())
+    }
+
+    async fn heartbeat(&self, receipt: &str, deadline: i64, now: i64) -> AlkResult<Beat> {
+        let mut q = lock(&self.0);
+        let id = match q.current(receipt) {
+            Ok(id) => id,
+            Err(Settled::Stale) => return Ok(Beat::Stale),
+            Err(_) => return Ok(Beat::Gone),
+        };
+        let m = q.msgs.get_mut(&id).expect("current");
+        if m.visible_at <= now {
+            return Ok(Beat::Lapsed);
+        }
+        m.visible_at = deadline;
+        Ok(Beat::Extended)
+    }
+
+    async fn retry(
+        &self,
+        receipt: &str,
+        error: &str,
+        delay: RetryDelay,
+        now: i64,
+    ) -> AlkResult<Retried> {
+        let mut q = lock(&self.0);
+        let id = match q.current(receipt) {
+            Ok(id) => id,
+            Err(Settled::Stale) => return Ok(Retried::Stale),
+            Err(_) => return Ok(Retried::Gone),
+        };
+        let m = q.msgs.get_mut(&id).expect("current");
+        if m.max_attempts.is_some_and(|max| m.attempt >= max) {
+            q.bury(id, error, now);
+            return Ok(Retried::Dead);
+        }
+        let due = delay.due_at(m.backoff_base_ms, m.attempt, now);
+        m.visible_at = due;
+        m.ready_at = due;
+        m.receipt = None;
+        m.last_error = Some(error.to_string());
+        Ok(Retried::Scheduled(due))
+    }
+
+    async fn fail(&self, receipt: &str, error: &str, now: i64) -> AlkResult<Settled> {
+        let mut q = lock(&self.0);
+        match q.current(receipt) {
+            Ok(id) => {
+                q.bury(id, error, now);
+                Ok(Settled::Done)
+            }
+            Err(s) => Ok(s),
+        }
+    }
+
+    async fn cancel(&self, id: i64) -> AlkResult<bool> {
+        let mut q = lock(&self.0);
+        Ok(q.remove(id).is_some() || q.dead.remove(&id).is_some())
+    }
+
+    async fn job(&self, id: i64, now: i64) -> AlkResult<Option<JobInfo>> {
+        let q = lock(&self.0);
+        if let Some(m) = q.msgs.get(&id) {
+            let state = JobState::of(m.receipt.is_some(), m.visible_at, now);
+            return Ok(Some(info(id, m, state, None)));
+        }
+        Ok(q.dead
+            .get(&id)
+            .map(|(m, died)| info(id, m, JobState::Dead, Some(*died))))
+    }
+
+    async fn sweep_expired(&self, now: i64) -> AlkResult<u64> {
+        let mut q = lock(&self.0);
+        let expired: Vec<i64> = q
+            .msgs
+            .iter()
+            .filter(|(_, m)| m.expires_at.is_some_and(|at| at <= now))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in &expired {
+            q.bury(*id, EXPIRED_ERROR, now);
+        }
+        Ok(expired.len() as u64)
+    }
+
+    async fn dead_letters(&self, after: i64, max: u32, _now: i64) -> AlkResult<Vec<JobInfo>> {
+        let q = lock(&self.0);
+        Ok(q.dead
+            .range(after.saturating_add(1)..)
+            .take(max as usize)
+            .map(|(id, (m, died))| info(*id, m, JobState::Dead, Some(*died)))
+            .collect())
+    }
+
+    async fn redrive(&self, ids: &[i64], now: i64) -> AlkResult<Vec<Option<i64>>> {
+        let mut q = lock(&self.0);
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            let Some((mut m, _)) = q.dead.remove(id) else {
+                out.push(None);
+                continue;
+            };
+            m.attempt = 0;
+            m.receipt = None;
+            m.enqueued_at = now;
+            m.visible_at = now;
+            m.ready_at = now;
+            m.expires_at = None;
+            if let Some(g) = m.group.clone() {
+                q.join(&g, m.priority);
+            }
+            q.next_id += 1;
+            let new = q.next_id;
+            q.msgs.insert(new, m);
+            out.push(Some(new));
+        }
+        Ok(out)
+    }
+
+    async fn purge_dead(&self) -> AlkResult<u64> {
+        let mut q = lock(&self.0);
+        let n = q.dead.len() as u64;
+        q.dead.clear();
+        Ok(n)
     }
 }
 

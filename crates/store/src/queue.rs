@@ -1,5 +1,6 @@
-//! Work queues with visibility timeouts: the rules, waiting receives, and
-//! the trait an engine implements.
+//! Work queues with visibility timeouts, and the job options on top of
+//! them (see [`crate::jobs`]): the rules, waiting receives, and the trait an
+//! engine implements.
 
 use std::sync::Arc;
 
@@ -8,6 +9,9 @@ use tokio::time::Instant;
 
 use crate::engine::Engine;
 use crate::error::{AlkError, AlkResult};
+use crate::jobs::{
+    Beat, JobInfo, Retried, RetryDelay, SendOptions, Stamp, error_text, random_word,
+};
 use crate::limits::{DEFAULT_VISIBILITY_MS, MAX_PAYLOAD_BYTES, MAX_RECEIVE, check_batch};
 use crate::names::check_name;
 use crate::time::{after, instant_at};
@@ -43,7 +47,16 @@ pub struct Delivery {
     pub receipt: String,
     /// Deliveries so far, this one included.
     pub attempt: u32,
+    /// The message's priority.
+    pub priority: i32,
+    /// The message's group, if any.
+    pub group: Option<String>,
+    /// The message's attempt limit, if any.
+    pub max_attempts: Option<u32>,
 }
+
+/// The most dead letters one listing returns (each is up to 64 KiB).
+pub const MAX_DEAD_PAGE: u32 = 100;
 
 /// How an ack or nack found the message of a receipt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,21 +71,33 @@ pub enum Settled {
 
 /// What an engine does for one queue. Arguments are checked by [`Queue`];
 /// times are epoch milliseconds; a message is due when its visibility time
-/// is at or before `now`.
+/// is at or before `now`. The rules every engine follows are those of the
+/// [`Queue`] methods and are pinned by [`crate::conformance`].
 #[async_trait]
 pub trait QueueEngine: Send + Sync {
-    /// Appends a message due at once; its id.
-    async fn send(&self, payload: &Payload, now: i64) -> AlkResult<i64>;
+    /// Appends every message with `stamp`, all or none; their ids, in
+    /// order.
+    async fn send(&self, payloads: &[Payload], stamp: &Stamp, now: i64) -> AlkResult<Vec<i64>>;
 
-    /// Appends every message, all or none; their ids, in order.
-    async fn send_batch(&self, payloads: &[Payload], now: i64) -> AlkResult<Vec<i64>>;
-
-    /// Claims up to `max` due messages, oldest sent first, for one
-    /// delivery each, hidden until `visible_until`; every claimed message's
-    /// attempt grows by one and it gets a new receipt (older ones become
-    /// stale). Each message goes to exactly one claimer, whatever the
-    /// number of racing claimers in any process.
-    async fn receive(&self, max: u32, visible_until: i64, now: i64) -> AlkResult<Vec<Delivery>>;
+    /// Claims up to `max` due messages for one delivery each, hidden until
+    /// `visible_until`; every claimed message's attempt grows by one and it
+    /// gets a new receipt (older ones become stale). Each message goes to
+    /// exactly one claimer, whatever the number of racing claimers in any
+    /// process. Order: messages without a group by priority (highest
+    /// first), then the time they became ready, then id; of a group only
+    /// its oldest message, and only while no other message of the group is
+    /// in flight; groups (and the messages without a group, as one more
+    /// participant) take turns, the one served longest ago first. With
+    /// `floor`, messages and groups of a lower priority are left alone.
+    /// Due messages that expired, or whose last attempt's deadline passed,
+    /// go to the dead letters instead of being delivered.
+    async fn claim(
+        &self,
+        max: u32,
+        visible_until: i64,
+        now: i64,
+        floor: Option<i32>,
+    ) -> AlkResult<Vec<Delivery>>;
 
     /// Deletes the message of a current receipt.
     async fn ack(&self, receipt: &str) -> AlkResult<Settled>;
@@ -81,14 +106,58 @@ pub trait QueueEngine: Send + Sync {
     async fn ack_batch(&self, receipts: &[String]) -> AlkResult<Vec<Settled>>;
 
     /// Makes the message of a current receipt due at `now`, keeping its
-    /// attempt count.
+    /// attempt count and its place.
     async fn nack(&self, receipt: &str, now: i64) -> AlkResult<Settled>;
 
     /// When the next message is due, if there is any message.
     async fn next_visible(&self) -> AlkResult<Option<i64>>;
 
-    /// Deletes every message.
+    /// Deletes every message (not the dead letters).
     async fn purge(&self) -> AlkResult<()>;
+
+    /// Moves the deadline of a current receipt's delivery to `deadline`,
+    /// unless it has passed by `now`.
+    async fn heartbeat(&self, receipt: &str, deadline: i64, now: i64) -> AlkResult<Beat>;
+
+    /// Ends a current receipt's delivery as failed with `error`: the
+    /// message is due again after `delay` and becomes the ready message of
+    /// that time, or goes to the dead letters when its attempts are used
+    /// up. Its receipt is no longer current.
+    async fn retry(
+        &self,
+        receipt: &str,
+        error: &str,
+        delay: RetryDelay,
+        now: i64,
+    ) -> AlkResult<Retried>;
+
+    /// Moves the message of a current receipt to the dead letters with
+    /// `error`.
+    async fn fail(&self, receipt: &str, error: &str, now: i64) -> AlkResult<Settled>;
+
+    /// Deletes message `id`, whatever its state, dead letters included;
+    /// whether there was one.
+    async fn cancel(&self, id: i64) -> AlkResult<bool>;
+
+    /// Message `id`, dead or not.
+    async fn job(&self, id: i64, now: i64) -> AlkResult<Option<JobInfo>>;
+
+    /// Moves every message whose expiry is at or before `now`, in any
+    /// state, to the dead letters; how many.
+    async fn sweep_expired(&self, now: i64) -> AlkResult<u64>;
+
+    /// Up to `max` dead letters with ids above `after`, by id.
+    async fn dead_letters(&self, after: i64, max: u32, now: i64) -> AlkResult<Vec<JobInfo>>;
+
+    /// Sends each dead letter of `ids` again as a new message — a new id,
+    /// due and ready at `now`, attempts reset, no expiry, its other options
+    /// and last error kept — and deletes the dead letter; for each id, the
+    /// new message's id, or `None` when it was not a dead letter. New ids
+    /// follow the order of `ids`.
+    async fn redrive(&self, ids: &[i64], now: i64) -> AlkResult<Vec<Option<i64>>>;
+
+    /// Deletes every dead letter; how many.
+    async fn purge_dead(&self) -> AlkResult<u64>;
 }
 
 /// Checks a payload: its size, and for JSON its syntax.
@@ -145,21 +214,50 @@ impl Queue {
 
     /// Appends a message at `now`; its id.
     pub async fn send(&self, payload: &Payload, now: i64) -> AlkResult<i64> {
+        self.send_with(payload, &SendOptions::default(), now).await
+    }
+
+    /// Appends a message with `options` at `now`; its id.
+    pub async fn send_with(
+        &self,
+        payload: &Payload,
+        options: &SendOptions,
+        now: i64,
+    ) -> AlkResult<i64> {
+        let stamp = Stamp::resolve(options, now)?;
         check_payload(payload)?;
-        let id = self.engine.send(payload, now).await?;
+        let ids = self
+            .engine
+            .send(std::slice::from_ref(payload), &stamp, now)
+            .await?;
         self.wakes.signal(&self.topic);
-        Ok(id)
+        ids.first()
+            .copied()
+            .ok_or_else(|| AlkError::Internal("the engine returned no id for a send".into()))
     }
 
     /// Appends every payload at `now`, all or none (every payload is
     /// checked first); their ids.
     pub async fn send_batch(&self, payloads: &[Payload], now: i64) -> AlkResult<Vec<i64>> {
+        self.send_batch_with(payloads, &SendOptions::default(), now)
+            .await
+    }
+
+    /// [`Queue::send_batch`] with the same `options` for every message.
+    pub async fn send_batch_with(
+        &self,
+        payloads: &[Payload],
+        options: &SendOptions,
+        now: i64,
+    ) -> AlkResult<Vec<i64>> {
         check_batch("payloads", payloads.len())?;
+        let stamp = Stamp::resolve(options, now)?;
         payloads.iter().try_for_each(check_payload)?;
-        let ids = self.engine.send_batch(payloads, now).await?;
-        if !ids.is_empty() {
-            self.wakes.signal(&self.topic);
+        if payloads.is_empty() {
+            return Ok(Vec::new());
         }
+        let ids = self.engine.send(payloads, &stamp, now).await?;
+        self.wakes.signal(&self.topic);
         Ok(ids)
     }
 
@@ -171,13 +269,25 @@ impl Queue {
         visibility_ms: Option<u64>,
         now: i64,
     ) -> AlkResult<Vec<Delivery>> {
+        self.claim(max, visibility_ms, None, now).await
+    }
+
+    /// [`Queue::receive`] leaving alone messages and groups of a priority
+    /// below `floor`.
+    pub async fn claim(
+        &self,
+        max: u32,
+        visibility_ms: Option<u64>,
+        floor: Option<i32>,
+        now: i64,
+    ) -> AlkResult<Vec<Delivery>> {
         let visible_until = after(
             "visibility-ms",
             visibility_ms.unwrap_or(DEFAULT_VISIBILITY_MS),
             now,
         )?;
         self.engine
-            .receive(max.clamp(1, MAX_RECEIVE), visible_until, now)
+            .claim(max.clamp(1, MAX_RECEIVE), visible_until, now, floor)
             .await
     }
 
@@ -188,6 +298,19 @@ impl Queue {
         &self,
         max: u32,
         visibility_ms: Option<u64>,
+        clock: &(dyn Fn() -> i64 + Send + Sync),
+        deadline: Instant,
+    ) -> AlkResult<Vec<Delivery>> {
+        self.claim_wait(max, visibility_ms, None, clock, deadline)
+            .await
+    }
+
+    /// [`Queue::claim`] that waits like [`Queue::receive_wait`].
+    pub async fn claim_wait(
+        &self,
+        max: u32,
+        visibility_ms: Option<u64>,
+        floor: Option<i32>,
         clock: &(dyn Fn() -> i64 + Send + Sync),
         deadline: Instant,
     ) -> AlkResult<Vec<Delivery>> {
@@ -207,7 +330,7 @@ impl Queue {
                         Some(at) => return Ok(Check::NotYet(Some(instant_at(at, now)))),
                         None => return Ok(Check::NotYet(None)),
                     }
-                    let got = self.receive(max, visibility_ms, now).await?;
+                    let got = self.claim(max, visibility_ms, floor, now).await?;
                     // Empty: another receiver was faster; wait again.
                     Ok(if got.is_empty() {
                         Check::NotYet(None)
@@ -280,5 +403,153 @@ impl Queue {
     /// Deletes every message.
     pub async fn purge(&self) -> AlkResult<()> {
         self.engine.purge().await
+    }
+
+    /// Moves the deadline of a current receipt's delivery to `extend_ms`
+    /// after `now` (an absolute reset, not an addition). False when the
+    /// deadline had already passed or the message is gone: the delivery is
+    /// over and nothing changed. A receipt the message was delivered again
+    /// under since is a `stale-receipt` error.
+    pub async fn heartbeat(&self, receipt: &str, extend_ms: u64, now: i64) -> AlkResult<bool> {
+        let deadline = after("extend-ms", extend_ms, now)?;
+        match self.engine.heartbeat(receipt, deadline, now).await? {
+            Beat::Extended => Ok(true),
+            Beat::Lapsed | Beat::Gone => Ok(false),
+            Beat::Stale => Err(Self::stale(receipt)),
+        }
+    }
+
+    /// Ends a delivery as failed: the message is due again after
+    /// `delay_ms`, or by default after its backoff curve's delay; when its
+    /// attempts are used up it goes to the dead letters instead.
+    pub async fn retry(
+        &self,
+        receipt: &str,
+        error: &str,
+        delay_ms: Option<u64>,
+        now: i64,
+    ) -> AlkResult<Retried> {
+        let delay = match delay_ms {
+            Some(ms) => RetryDelay::Fixed(ms),
+            None => RetryDelay::Backoff(random_word()),
+        };
+        self.retry_with(receipt, error, delay, now).await
+    }
+
+    /// [`Queue::retry`] with the delay given (tests pin the backoff curve
+    /// with a chosen random word).
+    pub async fn retry_with(
+        &self,
+        receipt: &str,
+        error: &str,
+        delay: RetryDelay,
+        now: i64,
+    ) -> AlkResult<Retried> {
+        if let RetryDelay::Fixed(ms) = delay {
+            // Refuse a delay that overflows the clock before anything changes.
+            if ms > 0 {
+                after("delay-ms", ms, now)?;
+            }
+        }
+        let outcome = self
+            .engine
+            .retry(receipt, &error_text(error), delay, now)
+            .await?;
+        match outcome {
+            Retried::Stale => Err(Self::stale(receipt)),
+            Retried::Scheduled(_) => {
+                self.wakes.signal(&self.topic);
+                Ok(outcome)
+            }
+            other => Ok(other),
+        }
+    }
+
+    /// Moves the message of a current receipt to the dead letters at once;
+    /// false when it was already gone.
+    pub async fn fail(&self, receipt: &str, error: &str, now: i64) -> AlkResult<bool> {
+        match self.engine.fail(receipt, &error_text(error), now).await? {
+            Settled::Done => {
+                // The next message of its group may be claimable now.
+                self.wakes.signal(&self.topic);
+                Ok(true)
+            }
+            Settled::Gone => Ok(false),
+            Settled::Stale => Err(Self::stale(receipt)),
+        }
+    }
+
+    /// Deletes message `id` wherever it is (waiting, delayed, in flight or
+    /// dead); whether there was one.
+    pub async fn cancel(&self, id: u64) -> AlkResult<bool> {
+        let Ok(id) = i64::try_from(id) else {
+            return Ok(false);
+        };
+        let cancelled = self.engine.cancel(id).await?;
+        if cancelled {
+            self.wakes.signal(&self.topic);
+        }
+        Ok(cancelled)
+    }
+
+    /// Message `id` as it is now, dead letters included.
+    pub async fn job(&self, id: u64, now: i64) -> AlkResult<Option<JobInfo>> {
+        let Ok(id) = i64::try_from(id) else {
+            return Ok(None);
+        };
+        self.engine.job(id, now).await
+    }
+
+    /// Moves every expired message, in any state, to the dead letters; how
+    /// many.
+    pub async fn sweep_expired(&self, now: i64) -> AlkResult<u64> {
+        let moved = self.engine.sweep_expired(now).await?;
+        if moved > 0 {
+            self.wakes.signal(&self.topic);
+        }
+        Ok(moved)
+    }
+
+    /// Up to `max` (clamped to 1..=[`MAX_DEAD_PAGE`]) dead letters with ids
+    /// above `after` (from the first when `None`), by id.
+    pub async fn dead_letters(
+        &self,
+        after: Option<u64>,
+        max: u32,
+        now: i64,
+    ) -> AlkResult<Vec<JobInfo>> {
+        let after = i64::try_from(after.unwrap_or(0)).unwrap_or(i64::MAX);
+        self.engine
+            .dead_letters(after, max.clamp(1, MAX_DEAD_PAGE), now)
+            .await
+    }
+
+    /// Sends dead letters again as new messages (new ids, due at once,
+    /// attempts reset, at the back of their group); for each id, the new
+    /// message's id, or `None` when it was not a dead letter.
+    pub async fn redrive(&self, ids: &[u64], now: i64) -> AlkResult<Vec<Option<u64>>> {
+        check_batch("ids", ids.len())?;
+        let known: Vec<i64> = ids
+            .iter()
+            .filter_map(|id| i64::try_from(*id).ok())
+            .collect();
+        let found = self.engine.redrive(&known, now).await?;
+        let mut found = found.into_iter();
+        let out: Vec<Option<u64>> = ids
+            .iter()
+            .map(|id| match i64::try_from(*id) {
+                Ok(_) => found.next().flatten().map(|n| n as u64),
+                Err(_) => None,
+            })
+            .collect();
+        if out.iter().any(Option::is_some) {
+            self.wakes.signal(&self.topic);
+        }
+        Ok(out)
+    }
+
+    /// Deletes every dead letter; how many.
+    pub async fn purge_dead(&self) -> AlkResult<u64> {
+        self.engine.purge_dead().await
     }
 }

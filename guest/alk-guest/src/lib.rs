@@ -15,7 +15,7 @@ wit_bindgen::generate!({
     inline: "
         package alk:guest;
         world guest {
-            include alk:store/imports@0.1.0;
+            include alk:store/imports@0.1.1;
             import wasi:clocks/monotonic-clock@0.2.12;
         }
     ",

@@ -55,7 +55,8 @@ fn main() {
         "publish-then-loop" => {
             // Holds a stream transaction open while it computes forever.
             let tx = stream::Transaction::new();
-            tx.publish(arg(&args, 2), b"held").expect("publish in a transaction");
+            tx.publish(arg(&args, 2), b"held")
+                .expect("publish in a transaction");
             println!("holding");
             std::io::Write::flush(&mut std::io::stdout()).unwrap();
             let mut n: u64 = 0;

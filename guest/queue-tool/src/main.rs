@@ -21,6 +21,24 @@
 //!   until its receipt is stale: `stale <payload>`). Prints
 //!   `got <payload> <attempt>` and `acked <payload>`; stops after `idle-ms`
 //!   of empty receives, printing `done <acked>`
+//! - `send-group <q> <group> <count> <tag>`: sends `<tag>-0` … to group
+//!   `<group>` in batches, then `sent <count>`
+//! - `fair <q> <visibility-ms> <run-ms> <idle-ms>`: claims one message at a
+//!   time and acks it, printing `c <group> <payload> <µs>` when the claim
+//!   returned and `a <group> <payload> <µs>` just before the ack (wall
+//!   clock, microseconds); stops after `run-ms`, or `idle-ms` without work
+//! - `send-jobs <q> <count> <tag> <max-attempts>`: sends `<tag>-0` … with
+//!   an attempt limit, in batches, then `sent <count>`
+//! - `jobs <q> <batch> <visibility-ms> <idle-ms> <fail-every>`: claims and
+//!   acks, except that some deliveries are retried at once (`retried
+//!   <payload> <attempt>`, or `dead <payload> <attempt>` when that was its
+//!   last attempt): every delivery of a message whose payload hash is a
+//!   multiple of `<fail-every>`, and of the others those whose hash
+//!   quotient plus attempt is; prints `acked <payload>` and `stale
+//!   <payload>`; stops after `idle-ms` without work
+//! - `inspect <q> <first-id> <last-id>`: `job <id> <state> <attempt>
+//!   <max-attempts> <payload>` per message (dead ones included), `none <id>`
+//!   for ids with no message
 //!
 //! An alk error is printed as `error: <variant>` with exit status 1.
 
@@ -29,7 +47,45 @@ use std::io::Write;
 use alk_guest::tool::{fail, num};
 use std::time::{Duration, Instant};
 
-use alk_guest::queue::{Message, Payload, Queue};
+use alk_guest::queue::{ClaimOptions, JobState, Message, Payload, Queue, Retried, SendOptions};
+
+fn options(group: Option<&str>, max_attempts: Option<u32>) -> SendOptions {
+    SendOptions {
+        priority: None,
+        delay_ms: None,
+        run_at_ms: None,
+        max_attempts,
+        backoff_base_ms: None,
+        expires_in_ms: None,
+        group: group.map(str::to_string),
+    }
+}
+
+fn micros() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros()
+}
+
+/// A stable hash of a payload (FNV-1a), to choose failures repeatably.
+fn hash(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+fn send_tagged(q: &Queue, count: usize, tag: &str, opts: &SendOptions) {
+    let mut i = 0;
+    while i < count {
+        let n = (count - i).min(1000);
+        let batch: Vec<Payload> = (i..i + n)
+            .map(|k| Payload::Text(format!("{tag}-{k}")))
+            .collect();
+        q.send_batch_with(&batch, opts).unwrap_or_else(|e| fail(e));
+        i += n;
+    }
+}
 
 fn body(m: &Message) -> &str {
     match &m.payload {
@@ -42,7 +98,7 @@ fn main() {
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
     if a.len() < 2 {
         eprintln!(
-            "usage: queue-tool <send|send-json|receive|ack|nack|purge|produce|consume|hold|drain|work> <queue> …"
+            "usage: queue-tool <send|send-json|receive|ack|nack|purge|produce|consume|hold|drain|work|send-group|fair|send-jobs|jobs|inspect> <queue> …"
         );
         std::process::exit(2);
     }
@@ -199,6 +255,111 @@ fn main() {
                 }
             }
             writeln!(out, "done {acked}").unwrap();
+        }
+        ["send-group", _, group, count, tag] => {
+            let count = num(count) as usize;
+            send_tagged(&q, count, tag, &options(Some(group), None));
+            writeln!(out, "sent {count}").unwrap();
+        }
+        ["send-jobs", _, count, tag, max] => {
+            let count = num(count) as usize;
+            send_tagged(&q, count, tag, &options(None, Some(num(max) as u32)));
+            writeln!(out, "sent {count}").unwrap();
+        }
+        ["fair", _, vis, run, idle] => {
+            let (vis, run, idle) = (
+                num(vis),
+                Duration::from_millis(num(run)),
+                Duration::from_millis(num(idle)),
+            );
+            let start = Instant::now();
+            let mut idle_since = Instant::now();
+            while start.elapsed() < run && idle_since.elapsed() < idle {
+                let got = q
+                    .claim(ClaimOptions {
+                        max: 1,
+                        visibility_ms: Some(vis),
+                        min_priority: None,
+                        wait_ms: Some(100),
+                    })
+                    .unwrap_or_else(|e| fail(e));
+                let claimed = micros();
+                for j in got {
+                    idle_since = Instant::now();
+                    let group = j.group.as_deref().unwrap_or("-");
+                    let payload = match &j.payload {
+                        Payload::Text(t) | Payload::Json(t) => t.clone(),
+                    };
+                    writeln!(out, "c {group} {payload} {claimed}").unwrap();
+                    writeln!(out, "a {group} {payload} {}", micros()).unwrap();
+                    q.ack(&j.receipt).unwrap_or_else(|e| fail(e));
+                }
+            }
+        }
+        ["jobs", _, batch, vis, idle, every] => {
+            let (batch, vis, idle, every) = (
+                num(batch) as u32,
+                num(vis),
+                Duration::from_millis(num(idle)),
+                num(every).max(1),
+            );
+            let mut idle_since = Instant::now();
+            while idle_since.elapsed() < idle {
+                let got = q
+                    .claim(ClaimOptions {
+                        max: batch,
+                        visibility_ms: Some(vis),
+                        min_priority: None,
+                        wait_ms: Some(100),
+                    })
+                    .unwrap_or_else(|e| fail(e));
+                for j in got {
+                    idle_since = Instant::now();
+                    let payload = match &j.payload {
+                        Payload::Text(t) | Payload::Json(t) => t.clone(),
+                    };
+                    let h = hash(&payload);
+                    // A quarter of the messages (for `every` 4) always
+                    // fail; the others fail now and then.
+                    let failing = h.is_multiple_of(every)
+                        || (h / every + u64::from(j.attempt)).is_multiple_of(every);
+                    let outcome = if failing {
+                        match q.retry(&j.receipt, "chosen to fail", Some(0)) {
+                            Ok(Retried::DeadLettered) => format!("dead {payload} {}", j.attempt),
+                            Ok(_) => format!("retried {payload} {}", j.attempt),
+                            Err(alk_guest::Error::StaleReceipt(_)) => format!("stale {payload}"),
+                            Err(e) => fail(e),
+                        }
+                    } else {
+                        match q.ack(&j.receipt) {
+                            Ok(()) => format!("acked {payload}"),
+                            Err(alk_guest::Error::StaleReceipt(_)) => format!("stale {payload}"),
+                            Err(e) => fail(e),
+                        }
+                    };
+                    writeln!(out, "{outcome}").unwrap();
+                }
+            }
+        }
+        ["inspect", _, first, last] => {
+            for id in num(first)..=num(last) {
+                match q.get_job(id).unwrap_or_else(|e| fail(e)) {
+                    None => writeln!(out, "none {id}").unwrap(),
+                    Some(j) => {
+                        let state = match j.state {
+                            JobState::Waiting => "waiting",
+                            JobState::Delayed => "delayed",
+                            JobState::InFlight => "in-flight",
+                            JobState::Dead => "dead",
+                        };
+                        let payload = match &j.payload {
+                            Payload::Text(t) | Payload::Json(t) => t.clone(),
+                        };
+                        let max = j.max_attempts.map(|m| m.to_string()).unwrap_or("-".into());
+                        writeln!(out, "job {id} {state} {} {max} {payload}", j.attempt).unwrap();
+                    }
+                }
+            }
         }
         _ => {
             eprintln!("queue-tool: unknown command or wrong arguments: {a:?}");

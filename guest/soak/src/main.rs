@@ -64,7 +64,14 @@ impl Stats {
                 .unwrap_or(0)
         };
         writeln!(out, "ops {}", self.lat.len()).unwrap();
-        writeln!(out, "lat {} {} {}", at(0.5), at(0.99), self.lat.last().copied().unwrap_or(0)).unwrap();
+        writeln!(
+            out,
+            "lat {} {} {}",
+            at(0.5),
+            at(0.99),
+            self.lat.last().copied().unwrap_or(0)
+        )
+        .unwrap();
         writeln!(out, "write {}", self.write_max).unwrap();
         writeln!(out, "busy {}", self.busy).unwrap();
     }
@@ -116,7 +123,9 @@ fn main() {
             let sub = stats.call(false, || stream::subscribe("soak", &me));
             let (mut acked, mut rounds, mut stopped) = (0u64, 0u64, false);
             while !stopped {
-                let got = stats.call(true, || q.receive_wait(num(batch) as u32, Some(60_000), 1_000));
+                let got = stats.call(true, || {
+                    q.receive_wait(num(batch) as u32, Some(60_000), 1_000)
+                });
                 if got.is_empty() {
                     continue;
                 }

@@ -1,4 +1,4 @@
-"""The localqueue.v1 contract, checked from a Python guest.
+"""The queue contract, checked from a Python guest.
 
 The same cases, in the same order and with the same names, as the Rust
 guest beside it (../rust); ../README.md says what each case expects.
@@ -8,7 +8,17 @@ import time
 
 from contract import Contract, ensure, raises
 from wit_world import exports
-from wit_world.imports.queue import AckOutcome, Payload_Json, Payload_Text, Queue
+from wit_world.imports.queue import (
+    AckOutcome,
+    ClaimOptions,
+    JobState,
+    Payload_Json,
+    Payload_Text,
+    Queue,
+    Retried_DeadLettered,
+    Retried_Scheduled,
+    SendOptions,
+)
 from wit_world.imports.types import (
     Error_InvalidArgument,
     Error_InvalidName,
@@ -28,6 +38,30 @@ def body(m):
 
 def text(t):
     return Payload_Text(t)
+
+
+def opts(**given):
+    fields = dict(
+        priority=None,
+        delay_ms=None,
+        run_at_ms=None,
+        max_attempts=None,
+        backoff_base_ms=None,
+        expires_in_ms=None,
+        group=None,
+    )
+    fields.update(given)
+    return SendOptions(**fields)
+
+
+def take(max, **given):
+    fields = dict(max=max, visibility_ms=None, min_priority=None, wait_ms=None)
+    fields.update(given)
+    return ClaimOptions(**fields)
+
+
+def now_ms():
+    return time.time_ns() // 1_000_000
 
 
 def contract():
@@ -251,6 +285,190 @@ def contract():
     def reserved_queue_name_is_reserved_name():
         raises(Error_ReservedName, Queue.open, "__alkstore_outbox")
 
+    def priority_is_claimed_first():
+        q = fresh("priority")
+        for t, p in [("low", 0), ("high", 9), ("mid", 5), ("low2", 0)]:
+            q.send_with(text(t), opts(priority=p))
+        got = q.claim(take(10))
+        order = [body(j) for j in got]
+        ensure(order == ["high", "mid", "low", "low2"], order)
+        ensure(got[0].priority == 9 and got[0].attempt == 1)
+
+    def min_priority_leaves_lower_priorities_alone():
+        q = fresh("floor")
+        q.send_with(text("low"), opts(priority=1))
+        q.send_with(text("urgent"), opts(priority=5))
+        got = q.claim(take(10, min_priority=5))
+        ensure(len(got) == 1 and body(got[0]) == "urgent", got)
+        ensure(q.claim(take(10, min_priority=5)) == [])
+        got = q.claim(take(10))
+        ensure(len(got) == 1 and body(got[0]) == "low", got)
+
+    def delayed_message_is_claimed_when_due():
+        q = fresh("delay")
+        id = q.send_with(text("later"), opts(delay_ms=50))
+        ensure(q.claim(take(1)) == [])
+        job = q.get_job(id)
+        ensure(job.state == JobState.DELAYED and job.attempt == 0, job)
+        pause(80)
+        ensure(q.get_job(id).state == JobState.WAITING)
+        got = q.claim(take(1))
+        ensure(len(got) == 1 and got[0].id == id)
+        ensure(q.get_job(id).state == JobState.IN_FLIGHT)
+        q.send_with(text("now"), opts(run_at_ms=1))
+        ensure(len(q.claim(take(1))) == 1)
+
+    def claim_wait_returns_a_delayed_message_when_due():
+        q = fresh("claim-wait")
+        q.send_with(text("soon"), opts(delay_ms=60))
+        got = q.claim(take(1, wait_ms=5_000))
+        ensure(len(got) == 1 and body(got[0]) == "soon", got)
+        ensure(q.claim(take(1, wait_ms=30)) == [])
+
+    def retry_then_dead_letters_then_redrive():
+        q = fresh("retry")
+        id = q.send_with(text("job"), opts(max_attempts=2))
+        first = q.claim(take(1))
+        ensure(first[0].max_attempts == 2)
+        ensure(isinstance(q.retry(first[0].receipt, "e1", 0), Retried_Scheduled))
+        raises(Error_StaleReceipt, q.ack, first[0].receipt)
+        second = q.claim(take(1))
+        ensure(len(second) == 1 and second[0].attempt == 2)
+        ensure(isinstance(q.retry(second[0].receipt, "e2", 0), Retried_DeadLettered))
+        ensure(q.claim(take(1)) == [])
+        dead = q.get_job(id)
+        ensure(dead.state == JobState.DEAD and dead.attempt == 2, dead)
+        ensure(dead.last_error == "e2" and dead.died_at_ms is not None, dead)
+        listed = q.dead_letters(None, 10)
+        ensure(len(listed) == 1 and listed[0].id == id)
+        back = q.redrive([id, id + 1_000])
+        ensure(len(back) == 2 and back[1] is None, back)
+        new = back[0]
+        ensure(new is not None and new > id, back)
+        ensure(q.get_job(id) is None)
+        again = q.claim(take(1))
+        ensure(len(again) == 1 and again[0].id == new and again[0].attempt == 1, again)
+        ensure(body(again[0]) == "job" and again[0].max_attempts == 2)
+        q.ack(again[0].receipt)
+        ensure(q.get_job(new) is None)
+
+    def retry_without_delay_follows_the_backoff_curve():
+        q = fresh("backoff")
+        q.send_with(text("x"), opts(backoff_base_ms=1_000))
+        d = q.claim(take(1))
+        before = now_ms()
+        r = q.retry(d[0].receipt, "boom", None)
+        after = now_ms()
+        ensure(isinstance(r, Retried_Scheduled), r)
+        ensure(before + 500 <= r.value <= after + 1_000, (before, r.value, after))
+        ensure(q.claim(take(1)) == [])
+
+    def fail_goes_straight_to_the_dead_letters():
+        q = fresh("fail")
+        id = q.send(text("bad"))
+        d = q.claim(take(1))
+        ensure(q.fail(d[0].receipt, "cannot parse") is True)
+        ensure(q.fail(d[0].receipt, "again") is False)
+        job = q.get_job(id)
+        ensure(job.state == JobState.DEAD and job.last_error == "cannot parse", job)
+        ensure(q.purge_dead_letters() == 1)
+        ensure(q.get_job(id) is None)
+
+    def heartbeat_extends_a_live_delivery_only():
+        q = fresh("heartbeat")
+        q.send(text("long"))
+        d = q.claim(take(1, visibility_ms=40))
+        ensure(q.heartbeat(d[0].receipt, 10_000) is True)
+        pause(60)
+        ensure(q.claim(take(1)) == [])
+        ensure(q.heartbeat(d[0].receipt, 40) is True)
+        pause(60)
+        ensure(q.heartbeat(d[0].receipt, 10_000) is False)
+        again = q.claim(take(1))
+        ensure(len(again) == 1 and again[0].attempt == 2)
+        raises(Error_StaleReceipt, q.heartbeat, d[0].receipt, 100)
+        raises(Error_InvalidArgument, q.heartbeat, again[0].receipt, 0)
+
+    def a_lapsed_last_attempt_goes_to_the_dead_letters():
+        q = fresh("lapse")
+        id = q.send_with(text("slow"), opts(max_attempts=1))
+        q.claim(take(1, visibility_ms=40))
+        pause(60)
+        ensure(q.claim(take(1)) == [])
+        job = q.get_job(id)
+        ensure(job.state == JobState.DEAD and job.attempt == 1, job)
+
+    def expired_messages_go_to_the_dead_letters():
+        q = fresh("expiry")
+        waiting = q.send_with(text("a"), opts(expires_in_ms=40))
+        held = q.send_with(text("b"), opts(expires_in_ms=40))
+        d = q.claim(take(1, visibility_ms=60_000))
+        ensure(len(d) == 1 and d[0].id == waiting)
+        h = q.claim(take(1, visibility_ms=60_000))
+        ensure(len(h) == 1 and h[0].id == held, h)
+        q.nack(d[0].receipt)
+        pause(60)
+        ensure(q.claim(take(10)) == [])
+        ensure(q.get_job(waiting).state == JobState.DEAD)
+        ensure(q.sweep_expired() == 1)
+        ensure(q.get_job(held).state == JobState.DEAD)
+
+    def cancel_deletes_in_any_state():
+        q = fresh("cancel")
+        a = q.send(text("a"))
+        b = q.send_with(text("b"), opts(delay_ms=60_000))
+        ensure(q.cancel(a) is True)
+        ensure(q.cancel(b) is True)
+        ensure(q.cancel(a) is False)
+        ensure(q.get_job(a) is None)
+        ensure(q.claim(take(10)) == [])
+
+    def groups_have_one_message_in_flight_in_send_order():
+        q = fresh("groups")
+        q.send_with(text("g1"), opts(group="g"))
+        q.send_with(text("g2"), opts(group="g"))
+        q.send_with(text("h1"), opts(group="h"))
+        got = q.claim(take(10))
+        order = [body(j) for j in got]
+        ensure(order == ["g1", "h1"], order)
+        ensure(got[0].group == "g")
+        ensure(q.claim(take(10)) == [])
+        q.ack(got[0].receipt)
+        got = q.claim(take(10))
+        ensure(len(got) == 1 and body(got[0]) == "g2", got)
+
+    def groups_take_turns():
+        q = fresh("turns")
+        for k, n in [("big", 4), ("a", 1), ("b", 1)]:
+            for i in range(n):
+                q.send_with(text(f"{k}{i}"), opts(group=k))
+        order = []
+        for _ in range(6):
+            got = q.claim(take(1))
+            ensure(len(got) == 1, order)
+            order.append(body(got[0]))
+            q.ack(got[0].receipt)
+        ensure(order == ["big0", "a0", "b0", "big1", "big2", "big3"], order)
+
+    def bad_send_options_are_invalid_argument():
+        q = fresh("bad-options")
+        bad = [
+            opts(delay_ms=1, run_at_ms=1),
+            opts(max_attempts=0),
+            opts(max_attempts=10_001),
+            opts(backoff_base_ms=0),
+            opts(expires_in_ms=0),
+            opts(delay_ms=2**64 - 1),
+            opts(run_at_ms=2**64 - 1),
+            opts(group=""),
+            opts(group="g" * 257),
+        ]
+        for o in bad:
+            raises(Error_InvalidArgument, q.send_with, text("x"), o)
+        ensure(q.claim(take(10)) == [])
+        ensure(q.dead_letters(None, 0) == [])
+        raises(Error_InvalidArgument, q.redrive, [1] * 1_001)
+
     Contract().run([
         open_returns_named_queue,
         receive_on_empty_queue_is_empty,
@@ -281,6 +499,20 @@ def contract():
         queues_are_isolated,
         bad_queue_names_are_invalid_name,
         reserved_queue_name_is_reserved_name,
+        priority_is_claimed_first,
+        min_priority_leaves_lower_priorities_alone,
+        delayed_message_is_claimed_when_due,
+        claim_wait_returns_a_delayed_message_when_due,
+        retry_then_dead_letters_then_redrive,
+        retry_without_delay_follows_the_backoff_curve,
+        fail_goes_straight_to_the_dead_letters,
+        heartbeat_extends_a_live_delivery_only,
+        a_lapsed_last_attempt_goes_to_the_dead_letters,
+        expired_messages_go_to_the_dead_letters,
+        cancel_deletes_in_any_state,
+        groups_have_one_message_in_flight_in_send_order,
+        groups_take_turns,
+        bad_send_options_are_invalid_argument,
     ])
 
 

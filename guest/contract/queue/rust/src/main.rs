@@ -2,13 +2,49 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use alk_guest::queue::{AckOutcome, Message, Payload, Queue};
+use alk_guest::queue::{
+    AckOutcome, ClaimOptions, Job, JobState, Message, Payload, Queue, Retried, SendOptions,
+};
 use alk_guest::{Contract, Error, ensure, ensure_matches, ok};
 
 fn text(m: &Message) -> &str {
     match &m.payload {
         Payload::Text(t) | Payload::Json(t) => t,
     }
+}
+
+fn job_text(j: &Job) -> &str {
+    match &j.payload {
+        Payload::Text(t) | Payload::Json(t) => t,
+    }
+}
+
+fn plain() -> SendOptions {
+    SendOptions {
+        priority: None,
+        delay_ms: None,
+        run_at_ms: None,
+        max_attempts: None,
+        backoff_base_ms: None,
+        expires_in_ms: None,
+        group: None,
+    }
+}
+
+fn take(max: u32) -> ClaimOptions {
+    ClaimOptions {
+        max,
+        visibility_ms: None,
+        min_priority: None,
+        wait_ms: None,
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
 }
 
 fn main() {
@@ -311,6 +347,311 @@ fn main() {
             Queue::open("__alkstore_outbox").map(|_| ()),
             Err(Error::ReservedName(_))
         );
+        Ok(())
+    });
+    c.case("priority-is-claimed-first", || {
+        let q = fresh("priority");
+        for (t, p) in [("low", 0), ("high", 9), ("mid", 5), ("low2", 0)] {
+            ok!(q.send_with(
+                &Payload::Text(t.into()),
+                &SendOptions {
+                    priority: Some(p),
+                    ..plain()
+                }
+            ));
+        }
+        let got = ok!(q.claim(take(10)));
+        let order: Vec<&str> = got.iter().map(job_text).collect();
+        ensure!(order == ["high", "mid", "low", "low2"], "{order:?}");
+        ensure!(got[0].priority == 9 && got[0].attempt == 1);
+        Ok(())
+    });
+    c.case("min-priority-leaves-lower-priorities-alone", || {
+        let q = fresh("floor");
+        ok!(q.send_with(&Payload::Text("low".into()), &SendOptions { priority: Some(1), ..plain() }));
+        ok!(q.send_with(&Payload::Text("urgent".into()), &SendOptions { priority: Some(5), ..plain() }));
+        let got = ok!(q.claim(ClaimOptions { min_priority: Some(5), ..take(10) }));
+        ensure!(got.len() == 1 && job_text(&got[0]) == "urgent");
+        ensure_matches!(q.claim(ClaimOptions { min_priority: Some(5), ..take(10) }), Ok(v) if v.is_empty());
+        ensure_matches!(q.claim(take(10)), Ok(v) if v.len() == 1 && job_text(&v[0]) == "low");
+        Ok(())
+    });
+    c.case("delayed-message-is-claimed-when-due", || {
+        let q = fresh("delay");
+        let id = ok!(q.send_with(&Payload::Text("later".into()), &SendOptions { delay_ms: Some(50), ..plain() }));
+        ensure_matches!(q.claim(take(1)), Ok(v) if v.is_empty());
+        ensure_matches!(q.get_job(id), Ok(Some(j)) if j.state == JobState::Delayed && j.attempt == 0);
+        pause(80);
+        ensure_matches!(q.get_job(id), Ok(Some(j)) if j.state == JobState::Waiting);
+        ensure_matches!(q.claim(take(1)), Ok(v) if v.len() == 1 && v[0].id == id);
+        ensure_matches!(q.get_job(id), Ok(Some(j)) if j.state == JobState::InFlight);
+        // A run-at time already past is due at once.
+        ok!(q.send_with(&Payload::Text("now".into()), &SendOptions { run_at_ms: Some(1), ..plain() }));
+        ensure_matches!(q.claim(take(1)), Ok(v) if v.len() == 1);
+        Ok(())
+    });
+    c.case("claim-wait-returns-a-delayed-message-when-due", || {
+        let q = fresh("claim-wait");
+        ok!(q.send_with(&Payload::Text("soon".into()), &SendOptions { delay_ms: Some(60), ..plain() }));
+        let got = ok!(q.claim(ClaimOptions { wait_ms: Some(5_000), ..take(1) }));
+        ensure!(got.len() == 1 && job_text(&got[0]) == "soon");
+        ensure_matches!(q.claim(ClaimOptions { wait_ms: Some(30), ..take(1) }), Ok(v) if v.is_empty());
+        Ok(())
+    });
+    c.case("retry-then-dead-letters-then-redrive", || {
+        let q = fresh("retry");
+        let opts = SendOptions {
+            max_attempts: Some(2),
+            ..plain()
+        };
+        let id = ok!(q.send_with(&Payload::Text("job".into()), &opts));
+        let first = ok!(q.claim(take(1)));
+        ensure!(first[0].max_attempts == Some(2));
+        ensure_matches!(
+            q.retry(&first[0].receipt, "e1", Some(0)),
+            Ok(Retried::Scheduled(_))
+        );
+        // The retried delivery's receipt is over.
+        ensure_matches!(q.ack(&first[0].receipt), Err(Error::StaleReceipt(_)));
+        let second = ok!(q.claim(take(1)));
+        ensure!(second.len() == 1 && second[0].attempt == 2);
+        ensure_matches!(
+            q.retry(&second[0].receipt, "e2", Some(0)),
+            Ok(Retried::DeadLettered)
+        );
+        ensure_matches!(q.claim(take(1)), Ok(v) if v.is_empty());
+        let dead = ok!(q.get_job(id)).ok_or("no job")?;
+        ensure!(
+            dead.state == JobState::Dead && dead.attempt == 2,
+            "{dead:?}"
+        );
+        ensure!(dead.last_error.as_deref() == Some("e2") && dead.died_at_ms.is_some());
+        ensure_matches!(q.dead_letters(None, 10), Ok(v) if v.len() == 1 && v[0].id == id);
+        let back = ok!(q.redrive(&[id, id + 1_000]));
+        ensure!(back.len() == 2 && back[1].is_none(), "{back:?}");
+        let new = back[0].ok_or("not redriven")?;
+        ensure!(new > id, "{new} after {id}");
+        ensure_matches!(q.get_job(id), Ok(None));
+        let again = ok!(q.claim(take(1)));
+        ensure!(again.len() == 1 && again[0].id == new && again[0].attempt == 1);
+        ensure!(job_text(&again[0]) == "job" && again[0].max_attempts == Some(2));
+        ok!(q.ack(&again[0].receipt));
+        ensure_matches!(q.get_job(new), Ok(None));
+        Ok(())
+    });
+    c.case("retry-without-delay-follows-the-backoff-curve", || {
+        let q = fresh("backoff");
+        let opts = SendOptions {
+            backoff_base_ms: Some(1_000),
+            ..plain()
+        };
+        ok!(q.send_with(&Payload::Text("x".into()), &opts));
+        let d = ok!(q.claim(take(1)));
+        let before = now_ms();
+        let at = match ok!(q.retry(&d[0].receipt, "boom", None)) {
+            Retried::Scheduled(at) => at,
+            other => return Err(format!("{other:?}")),
+        };
+        let after = now_ms();
+        // Attempt 1 of base 1,000: half of 1,000 plus up to the other half.
+        ensure!(
+            at >= before + 500 && at <= after + 1_000,
+            "{before} {at} {after}"
+        );
+        ensure_matches!(q.claim(take(1)), Ok(v) if v.is_empty());
+        Ok(())
+    });
+    c.case("fail-goes-straight-to-the-dead-letters", || {
+        let q = fresh("fail");
+        let id = ok!(q.send(&Payload::Text("bad".into())));
+        let d = ok!(q.claim(take(1)));
+        ensure_matches!(q.fail(&d[0].receipt, "cannot parse"), Ok(true));
+        ensure_matches!(q.fail(&d[0].receipt, "again"), Ok(false));
+        ensure_matches!(q.get_job(id), Ok(Some(j)) if j.state == JobState::Dead && j.last_error.as_deref() == Some("cannot parse"));
+        ensure_matches!(q.purge_dead_letters(), Ok(1));
+        ensure_matches!(q.get_job(id), Ok(None));
+        Ok(())
+    });
+    c.case("heartbeat-extends-a-live-delivery-only", || {
+        let q = fresh("heartbeat");
+        ok!(q.send(&Payload::Text("long".into())));
+        let d = ok!(q.claim(ClaimOptions {
+            visibility_ms: Some(40),
+            ..take(1)
+        }));
+        ensure_matches!(q.heartbeat(&d[0].receipt, 10_000), Ok(true));
+        pause(60);
+        // Still hidden: the deadline moved.
+        ensure_matches!(q.claim(take(1)), Ok(v) if v.is_empty());
+        ensure_matches!(q.heartbeat(&d[0].receipt, 40), Ok(true));
+        pause(60);
+        // The deadline passed: refused, and the message is due again.
+        ensure_matches!(q.heartbeat(&d[0].receipt, 10_000), Ok(false));
+        let again = ok!(q.claim(take(1)));
+        ensure!(again.len() == 1 && again[0].attempt == 2);
+        ensure_matches!(q.heartbeat(&d[0].receipt, 100), Err(Error::StaleReceipt(_)));
+        ensure_matches!(
+            q.heartbeat(&again[0].receipt, 0),
+            Err(Error::InvalidArgument(_))
+        );
+        Ok(())
+    });
+    c.case("a-lapsed-last-attempt-goes-to-the-dead-letters", || {
+        let q = fresh("lapse");
+        let id = ok!(q.send_with(
+            &Payload::Text("slow".into()),
+            &SendOptions {
+                max_attempts: Some(1),
+                ..plain()
+            }
+        ));
+        ok!(q.claim(ClaimOptions {
+            visibility_ms: Some(40),
+            ..take(1)
+        }));
+        pause(60);
+        ensure_matches!(q.claim(take(1)), Ok(v) if v.is_empty());
+        ensure_matches!(q.get_job(id), Ok(Some(j)) if j.state == JobState::Dead && j.attempt == 1);
+        Ok(())
+    });
+    c.case("expired-messages-go-to-the-dead-letters", || {
+        let q = fresh("expiry");
+        let brief = SendOptions {
+            expires_in_ms: Some(40),
+            ..plain()
+        };
+        let waiting = ok!(q.send_with(&Payload::Text("a".into()), &brief));
+        let held = ok!(q.send_with(&Payload::Text("b".into()), &brief));
+        let d = ok!(q.claim(ClaimOptions {
+            visibility_ms: Some(60_000),
+            ..take(1)
+        }));
+        ensure!(d.len() == 1 && d[0].id == waiting);
+        let h = ok!(q.claim(ClaimOptions {
+            visibility_ms: Some(60_000),
+            ..take(1)
+        }));
+        ensure!(h.len() == 1 && h[0].id == held, "{h:?}");
+        ok!(q.nack(&d[0].receipt));
+        pause(60);
+        // The due one is buried by the claim, the one in flight by the sweep.
+        ensure_matches!(q.claim(take(10)), Ok(v) if v.is_empty());
+        ensure_matches!(q.get_job(waiting), Ok(Some(j)) if j.state == JobState::Dead);
+        ensure_matches!(q.sweep_expired(), Ok(1));
+        ensure_matches!(q.get_job(held), Ok(Some(j)) if j.state == JobState::Dead);
+        Ok(())
+    });
+    c.case("cancel-deletes-in-any-state", || {
+        let q = fresh("cancel");
+        let a = ok!(q.send(&Payload::Text("a".into())));
+        let b = ok!(q.send_with(
+            &Payload::Text("b".into()),
+            &SendOptions {
+                delay_ms: Some(60_000),
+                ..plain()
+            }
+        ));
+        ensure_matches!(q.cancel(a), Ok(true));
+        ensure_matches!(q.cancel(b), Ok(true));
+        ensure_matches!(q.cancel(a), Ok(false));
+        ensure_matches!(q.get_job(a), Ok(None));
+        ensure_matches!(q.claim(take(10)), Ok(v) if v.is_empty());
+        Ok(())
+    });
+    c.case("groups-have-one-message-in-flight-in-send-order", || {
+        let q = fresh("groups");
+        let g = |k: &str| SendOptions {
+            group: Some(k.into()),
+            ..plain()
+        };
+        ok!(q.send_with(&Payload::Text("g1".into()), &g("g")));
+        ok!(q.send_with(&Payload::Text("g2".into()), &g("g")));
+        ok!(q.send_with(&Payload::Text("h1".into()), &g("h")));
+        let got = ok!(q.claim(take(10)));
+        let order: Vec<&str> = got.iter().map(job_text).collect();
+        ensure!(order == ["g1", "h1"], "{order:?}");
+        ensure!(got[0].group.as_deref() == Some("g"));
+        ensure_matches!(q.claim(take(10)), Ok(v) if v.is_empty());
+        ok!(q.ack(&got[0].receipt));
+        ensure_matches!(q.claim(take(10)), Ok(v) if v.len() == 1 && job_text(&v[0]) == "g2");
+        Ok(())
+    });
+    c.case("groups-take-turns", || {
+        let q = fresh("turns");
+        for (k, n) in [("big", 4), ("a", 1), ("b", 1)] {
+            for i in 0..n {
+                ok!(q.send_with(
+                    &Payload::Text(format!("{k}{i}")),
+                    &SendOptions {
+                        group: Some(k.into()),
+                        ..plain()
+                    }
+                ));
+            }
+        }
+        let mut order = Vec::new();
+        for _ in 0..6 {
+            let got = ok!(q.claim(take(1)));
+            ensure!(got.len() == 1, "{order:?}");
+            order.push(job_text(&got[0]).to_string());
+            ok!(q.ack(&got[0].receipt));
+        }
+        ensure!(
+            order == ["big0", "a0", "b0", "big1", "big2", "big3"],
+            "{order:?}"
+        );
+        Ok(())
+    });
+    c.case("bad-send-options-are-invalid-argument", || {
+        let q = fresh("bad-options");
+        let bad = [
+            SendOptions {
+                delay_ms: Some(1),
+                run_at_ms: Some(1),
+                ..plain()
+            },
+            SendOptions {
+                max_attempts: Some(0),
+                ..plain()
+            },
+            SendOptions {
+                max_attempts: Some(10_001),
+                ..plain()
+            },
+            SendOptions {
+                backoff_base_ms: Some(0),
+                ..plain()
+            },
+            SendOptions {
+                expires_in_ms: Some(0),
+                ..plain()
+            },
+            SendOptions {
+                delay_ms: Some(u64::MAX),
+                ..plain()
+            },
+            SendOptions {
+                run_at_ms: Some(u64::MAX),
+                ..plain()
+            },
+            SendOptions {
+                group: Some(String::new()),
+                ..plain()
+            },
+            SendOptions {
+                group: Some("g".repeat(257)),
+                ..plain()
+            },
+        ];
+        for o in &bad {
+            ensure_matches!(
+                q.send_with(&Payload::Text("x".into()), o),
+                Err(Error::InvalidArgument(_))
+            );
+        }
+        ensure_matches!(q.claim(take(10)), Ok(v) if v.is_empty());
+        ensure_matches!(q.dead_letters(None, 0), Ok(v) if v.is_empty());
+        ensure_matches!(q.redrive(&vec![1; 1_001]), Err(Error::InvalidArgument(_)));
         Ok(())
     });
     c.finish();

@@ -16,6 +16,9 @@ use crate::notify::Channels;
 use crate::queue::{Payload, Queue, Settled};
 use crate::stream::Streams;
 
+mod jobs;
+pub use jobs::*;
+
 /// An engine under test, and whatever must live as long as it (a
 /// temporary directory, a database schema).
 pub struct Subject {
@@ -49,6 +52,13 @@ macro_rules! conformance_tests {
             notify_wakes_a_listener_attached_before,
             payloads_round_trip_every_byte,
             stream_reads_of_large_events_come_in_pages,
+            jobs_claim_by_priority_then_ready_time,
+            jobs_retry_backs_off_and_ends_in_the_dead_letters,
+            jobs_a_lapsed_last_attempt_goes_to_the_dead_letters,
+            jobs_heartbeat_extends_only_a_live_delivery,
+            jobs_expired_messages_end_in_the_dead_letters,
+            jobs_cancel_and_fail,
+            jobs_groups_take_turns_one_in_flight_each,
         );
     };
     (@cases $make:path; $($case:ident),* $(,)?) => {

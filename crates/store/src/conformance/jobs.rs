@@ -1,0 +1,449 @@
+//! Conformance cases of the job options: priorities, delays, retries with
+//! backoff, dead letters, heartbeats, expiry and message groups.
+
+use crate::engine::Engine;
+use crate::error::AlkError;
+use crate::jobs::{EXPIRED_ERROR, JobState, Retried, RetryDelay, SendOptions, lapsed_error};
+use crate::queue::{Delivery, Payload, Queue};
+
+fn text(s: &str) -> Payload {
+    Payload::Text(s.into())
+}
+
+fn names(got: &[Delivery]) -> Vec<String> {
+    got.iter()
+        .map(|d| match &d.payload {
+            Payload::Text(t) | Payload::Json(t) => t.clone(),
+        })
+        .collect()
+}
+
+fn with(f: impl FnOnce(&mut SendOptions)) -> SendOptions {
+    let mut o = SendOptions::default();
+    f(&mut o);
+    o
+}
+
+/// Claims take the highest priority first, then the time a message became
+/// ready (its send time plus its delay), then the id; a delayed message is
+/// not claimed before it is due; a priority floor leaves lower priorities
+/// alone.
+pub async fn jobs_claim_by_priority_then_ready_time(engine: &dyn Engine) {
+    let q = Queue::open(engine, "jobs-order").await.unwrap();
+    let t = 1_000;
+    q.send_with(&text("a"), &SendOptions::default(), t)
+        .await
+        .unwrap();
+    q.send_with(&text("b"), &with(|o| o.priority = Some(5)), t)
+        .await
+        .unwrap();
+    q.send_with(&text("c"), &with(|o| o.delay_ms = Some(100)), t)
+        .await
+        .unwrap();
+    q.send_with(&text("d"), &with(|o| o.priority = Some(5)), t + 1)
+        .await
+        .unwrap();
+    q.send_with(
+        &text("e"),
+        &with(|o| o.run_at_ms = Some((t + 50) as u64)),
+        t + 2,
+    )
+    .await
+    .unwrap();
+    q.send_with(&text("f"), &with(|o| o.priority = Some(-3)), t + 3)
+        .await
+        .unwrap();
+    // The floor: only priority 5 and up.
+    let urgent = q.claim(10, Some(10_000), Some(5), t + 10).await.unwrap();
+    assert_eq!(names(&urgent), ["b", "d"]);
+    assert_eq!(urgent[0].priority, 5);
+    let rest = q.claim(10, Some(10_000), None, t + 10).await.unwrap();
+    assert_eq!(names(&rest), ["a", "f"]);
+    // "e" became ready at +50, "c" at +100; "a" (ready at +0) came first.
+    assert!(
+        q.claim(10, Some(10_000), None, t + 49)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let later = q.claim(10, Some(10_000), None, t + 100).await.unwrap();
+    assert_eq!(names(&later), ["e", "c"]);
+    // Inspection tells the states apart.
+    let id = q
+        .send_with(&text("g"), &with(|o| o.delay_ms = Some(10)), t + 200)
+        .await
+        .unwrap() as u64;
+    let job = q.job(id, t + 200).await.unwrap().unwrap();
+    assert_eq!(
+        (job.state, job.due_at, job.attempt),
+        (JobState::Delayed, t + 210, 0)
+    );
+    assert_eq!(
+        q.job(id, t + 210).await.unwrap().unwrap().state,
+        JobState::Waiting
+    );
+    let in_flight = q.job(later[0].id as u64, t + 200).await.unwrap().unwrap();
+    assert_eq!(in_flight.state, JobState::InFlight);
+    assert!(q.job(999_999, t).await.unwrap().is_none());
+    // Bad options are refused and store nothing.
+    let before = q.job(id + 1, t).await.unwrap();
+    assert!(before.is_none());
+    assert!(matches!(
+        q.send_with(&text("x"), &with(|o| o.max_attempts = Some(0)), t)
+            .await,
+        Err(AlkError::InvalidArgument(_))
+    ));
+    assert!(q.job(id + 1, t).await.unwrap().is_none());
+}
+
+/// `retry` without a delay waits the backoff curve of the message's
+/// attempt — the same for a given random word on every engine — and the
+/// attempt after the last one goes to the dead letters with its error.
+pub async fn jobs_retry_backs_off_and_ends_in_the_dead_letters(engine: &dyn Engine) {
+    let q = Queue::open(engine, "jobs-retry").await.unwrap();
+    let opts = with(|o| {
+        o.max_attempts = Some(3);
+        o.backoff_base_ms = Some(1_000);
+    });
+    let id = q.send_with(&text("job"), &opts, 0).await.unwrap();
+    let first = q.claim(1, Some(100), None, 0).await.unwrap();
+    assert_eq!((first[0].attempt, first[0].max_attempts), (1, Some(3)));
+    // Attempt 1, random 0: half of 1,000.
+    let r = q
+        .retry_with(&first[0].receipt, "boom 1", RetryDelay::Backoff(0), 10)
+        .await;
+    assert_eq!(r.unwrap(), Retried::Scheduled(510));
+    // The receipt of the retried delivery is no longer current.
+    assert!(matches!(
+        q.ack(&first[0].receipt).await,
+        Err(AlkError::StaleReceipt(_))
+    ));
+    let job = q.job(id as u64, 10).await.unwrap().unwrap();
+    assert_eq!(job.state, JobState::Delayed);
+    assert_eq!(job.last_error.as_deref(), Some("boom 1"));
+    assert!(q.claim(1, Some(100), None, 509).await.unwrap().is_empty());
+    let second = q.claim(1, Some(100), None, 510).await.unwrap();
+    assert_eq!(second[0].attempt, 2);
+    // Attempt 2: curve 2,000; 1,000 plus the random word modulo 1,001.
+    let r = q
+        .retry_with(
+            &second[0].receipt,
+            "boom 2",
+            RetryDelay::Backoff(u64::MAX),
+            600,
+        )
+        .await;
+    assert_eq!(
+        r.unwrap(),
+        Retried::Scheduled(600 + 1_000 + (u64::MAX % 1_001) as i64)
+    );
+    let third = q.claim(1, Some(100), None, 10_000).await.unwrap();
+    assert_eq!(third[0].attempt, 3);
+    // A fixed delay overrides the curve — but this was the last attempt.
+    let r = q
+        .retry_with(&third[0].receipt, "boom 3", RetryDelay::Fixed(5), 10_010)
+        .await;
+    assert_eq!(r.unwrap(), Retried::Dead);
+    let dead = q.job(id as u64, 10_020).await.unwrap().unwrap();
+    assert_eq!(dead.state, JobState::Dead);
+    assert_eq!(dead.attempt, 3);
+    assert_eq!(dead.max_attempts, Some(3));
+    assert_eq!(dead.last_error.as_deref(), Some("boom 3"));
+    assert_eq!(dead.died_at, Some(10_010));
+    assert_eq!(dead.payload, text("job"));
+    assert!(
+        q.claim(1, Some(100), None, 20_000)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // Retrying what is gone changes nothing.
+    let r = q
+        .retry_with(&third[0].receipt, "x", RetryDelay::Fixed(0), 10_030)
+        .await;
+    assert_eq!(r.unwrap(), Retried::Gone);
+    // A fixed retry of a message with attempts left.
+    let other = q.send(&text("other"), 20_000).await.unwrap();
+    let got = q.claim(1, Some(100), None, 20_000).await.unwrap();
+    assert_eq!(got[0].id, other);
+    let r = q
+        .retry_with(&got[0].receipt, "later", RetryDelay::Fixed(7), 20_001)
+        .await;
+    assert_eq!(r.unwrap(), Retried::Scheduled(20_008));
+    // Dead letters are listed by id, and come back with redrive.
+    let listed = q.dead_letters(None, 10, 30_000).await.unwrap();
+    assert_eq!(listed.iter().map(|j| j.id).collect::<Vec<_>>(), [id]);
+    assert!(
+        q.dead_letters(Some(id as u64), 10, 30_000)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let redriven = q
+        .redrive(&[id as u64, 424_242, u64::MAX, id as u64], 30_000)
+        .await
+        .unwrap();
+    // A new message, with an id above every one so far.
+    let new = redriven[0].unwrap();
+    assert_eq!(redriven, [Some(new), None, None, None]);
+    assert!(new > other as u64);
+    assert!(q.job(id as u64, 30_000).await.unwrap().is_none());
+    let back = q.job(new, 30_000).await.unwrap().unwrap();
+    assert_eq!(
+        (back.state, back.attempt, back.max_attempts),
+        (JobState::Waiting, 0, Some(3))
+    );
+    assert_eq!(
+        (back.payload.clone(), back.last_error.as_deref()),
+        (text("job"), Some("boom 3"))
+    );
+    // "other" became ready at 20,008, the redriven one at 30,000.
+    let again = q.claim(10, Some(100), None, 30_000).await.unwrap();
+    assert_eq!(
+        again.iter().map(|d| d.id as u64).collect::<Vec<_>>(),
+        [other as u64, new]
+    );
+    assert_eq!(again[1].attempt, 1);
+    q.fail(&again[1].receipt, "given up", 30_001).await.unwrap();
+    assert_eq!(q.purge_dead().await.unwrap(), 1);
+    assert!(q.job(new, 30_002).await.unwrap().is_none());
+}
+
+/// A claim whose deadline passes costs an attempt: after the last one the
+/// message goes to the dead letters at the next claim (which goes on to
+/// the next message) instead of being delivered again.
+pub async fn jobs_a_lapsed_last_attempt_goes_to_the_dead_letters(engine: &dyn Engine) {
+    let q = Queue::open(engine, "jobs-lapse").await.unwrap();
+    let id = q
+        .send_with(&text("slow"), &with(|o| o.max_attempts = Some(2)), 0)
+        .await
+        .unwrap();
+    assert_eq!(q.claim(1, Some(100), None, 0).await.unwrap()[0].attempt, 1);
+    assert_eq!(
+        q.claim(1, Some(100), None, 100).await.unwrap()[0].attempt,
+        2
+    );
+    let next = q.send(&text("next"), 150).await.unwrap();
+    let got = q.claim(1, Some(100), None, 200).await.unwrap();
+    assert_eq!(got.iter().map(|d| d.id).collect::<Vec<_>>(), [next]);
+    let dead = q.job(id as u64, 200).await.unwrap().unwrap();
+    assert_eq!(dead.state, JobState::Dead);
+    assert_eq!(dead.attempt, 2);
+    assert_eq!(dead.last_error, Some(lapsed_error(2)));
+}
+
+/// `heartbeat` resets the deadline to the new extension from now; it is
+/// refused once the deadline has passed; a redelivery makes it stale. An
+/// ack after the deadline still lands while nobody received the message
+/// again.
+pub async fn jobs_heartbeat_extends_only_a_live_delivery(engine: &dyn Engine) {
+    let q = Queue::open(engine, "jobs-beat").await.unwrap();
+    q.send(&text("long"), 1_000).await.unwrap();
+    let d = q.claim(1, Some(100), None, 1_000).await.unwrap().remove(0);
+    assert!(q.heartbeat(&d.receipt, 500, 1_050).await.unwrap());
+    // The deadline is now 1,550, not 1,100 + 500.
+    assert!(q.claim(1, Some(100), None, 1_549).await.unwrap().is_empty());
+    assert!(!q.heartbeat(&d.receipt, 500, 1_550).await.unwrap());
+    assert!(matches!(
+        q.heartbeat(&d.receipt, 0, 1_000).await,
+        Err(AlkError::InvalidArgument(_))
+    ));
+    let again = q.claim(1, Some(100), None, 1_600).await.unwrap().remove(0);
+    assert_eq!(again.attempt, 2);
+    assert!(matches!(
+        q.heartbeat(&d.receipt, 500, 1_600).await,
+        Err(AlkError::StaleReceipt(_))
+    ));
+    // Past its deadline, but not received again: the ack lands.
+    q.ack(&again.receipt).await.unwrap();
+    assert!(q.job(again.id as u64, 1_800).await.unwrap().is_none());
+    assert!(!q.heartbeat(&again.receipt, 500, 1_800).await.unwrap());
+}
+
+/// An expired message goes to the dead letters instead of being
+/// delivered; `sweep-expired` moves expired messages in any state.
+pub async fn jobs_expired_messages_end_in_the_dead_letters(engine: &dyn Engine) {
+    let q = Queue::open(engine, "jobs-expiry").await.unwrap();
+    let brief = with(|o| o.expires_in_ms = Some(100));
+    let a = q.send_with(&text("a"), &brief, 0).await.unwrap();
+    let b = q.send_with(&text("b"), &brief, 0).await.unwrap();
+    let keep = q.send(&text("keep"), 0).await.unwrap();
+    // "b" is claimed before it expires and stays in flight.
+    let got = q.claim(1, Some(1_000), None, 0).await.unwrap();
+    assert_eq!(got[0].id, a);
+    q.nack(&got[0].receipt, 1).await.unwrap();
+    let got = q.claim(1, Some(1_000), None, 50).await.unwrap();
+    assert_eq!(got[0].id, a);
+    let got_b = q.claim(1, Some(1_000), None, 50).await.unwrap();
+    assert_eq!(got_b[0].id, b);
+    q.nack(&got[0].receipt, 60).await.unwrap();
+    // At 100 "a" (due) has expired: the claim buries it and goes on.
+    let got = q.claim(5, Some(1_000), None, 100).await.unwrap();
+    assert_eq!(got.iter().map(|d| d.id).collect::<Vec<_>>(), [keep]);
+    let dead = q.job(a as u64, 100).await.unwrap().unwrap();
+    assert_eq!(
+        (dead.state, dead.last_error.as_deref()),
+        (JobState::Dead, Some(EXPIRED_ERROR))
+    );
+    // "b" is still in flight; the sweep moves it.
+    assert_eq!(
+        q.job(b as u64, 100).await.unwrap().unwrap().state,
+        JobState::InFlight
+    );
+    assert_eq!(q.sweep_expired(100).await.unwrap(), 1);
+    assert_eq!(q.sweep_expired(100).await.unwrap(), 0);
+    assert_eq!(
+        q.job(b as u64, 100).await.unwrap().unwrap().state,
+        JobState::Dead
+    );
+    // Its holder's late ack finds it gone from the queue.
+    q.ack(&got_b[0].receipt).await.unwrap();
+    assert_eq!(q.dead_letters(None, 10, 100).await.unwrap().len(), 2);
+}
+
+/// `cancel` deletes a message in any state; `fail` sends a delivery
+/// straight to the dead letters.
+pub async fn jobs_cancel_and_fail(engine: &dyn Engine) {
+    let q = Queue::open(engine, "jobs-cancel").await.unwrap();
+    let a = q.send(&text("a"), 0).await.unwrap() as u64;
+    let b = q.send(&text("b"), 0).await.unwrap() as u64;
+    assert!(q.cancel(a).await.unwrap());
+    assert!(!q.cancel(a).await.unwrap());
+    assert!(!q.cancel(u64::MAX).await.unwrap());
+    let d = q.claim(10, None, None, 0).await.unwrap();
+    assert_eq!(d.len(), 1);
+    assert!(q.fail(&d[0].receipt, "bad input", 5).await.unwrap());
+    assert!(!q.fail(&d[0].receipt, "again", 6).await.unwrap());
+    let dead = q.job(b, 7).await.unwrap().unwrap();
+    assert_eq!(
+        (dead.state, dead.attempt, dead.died_at),
+        (JobState::Dead, 1, Some(5))
+    );
+    assert!(q.cancel(b).await.unwrap());
+    assert!(q.job(b, 7).await.unwrap().is_none());
+    // A stale receipt fails nothing.
+    let c = q.send(&text("c"), 10).await.unwrap();
+    let first = q.claim(1, Some(10), None, 10).await.unwrap().remove(0);
+    let second = q.claim(1, Some(10), None, 20).await.unwrap().remove(0);
+    assert_eq!(second.id, c);
+    assert!(matches!(
+        q.fail(&first.receipt, "x", 21).await,
+        Err(AlkError::StaleReceipt(_))
+    ));
+    // The error text is kept at most 4 KiB.
+    q.fail(&second.receipt, &"e".repeat(10_000), 22)
+        .await
+        .unwrap();
+    let kept = q
+        .job(c as u64, 22)
+        .await
+        .unwrap()
+        .unwrap()
+        .last_error
+        .unwrap();
+    assert!(kept.len() <= crate::jobs::MAX_ERROR_BYTES && kept.ends_with('…'));
+}
+
+/// A group has one message in flight at a time, in send order; groups and
+/// the messages without a group take turns, the one served longest ago
+/// first; a retried head parks its group; a group's priority is the
+/// highest sent to it since it joined the round.
+pub async fn jobs_groups_take_turns_one_in_flight_each(engine: &dyn Engine) {
+    let q = Queue::open(engine, "jobs-groups").await.unwrap();
+    let g = |k: &str| with(|o| o.group = Some(k.into()));
+    for m in ["u1", "u2"] {
+        q.send(&text(m), 0).await.unwrap();
+    }
+    for (k, ms) in [
+        ("A", ["a1", "a2", "a3"].as_slice()),
+        ("B", &["b1", "b2"]),
+        ("C", &["c1"]),
+    ] {
+        for m in ms {
+            q.send_with(&text(m), &g(k), 0).await.unwrap();
+        }
+    }
+    // One at a time, acking each: the round is lane, A, B, C, lane, A, …
+    let mut order = Vec::new();
+    for i in 0..8 {
+        let got = q.claim(1, Some(1_000), None, 1 + i).await.unwrap();
+        assert_eq!(got.len(), 1, "{order:?}");
+        order.push(names(&got)[0].clone());
+        q.ack(&got[0].receipt).await.unwrap();
+    }
+    assert_eq!(order, ["u1", "a1", "b1", "c1", "u2", "a2", "b2", "a3"]);
+    assert!(q.claim(1, Some(1_000), None, 10).await.unwrap().is_empty());
+
+    // Never two of one group in flight; a big claim takes one head each.
+    for m in ["x1", "x2", "x3"] {
+        q.send_with(&text(m), &g("X"), 20).await.unwrap();
+    }
+    for m in ["y1", "y2"] {
+        q.send_with(&text(m), &g("Y"), 20).await.unwrap();
+    }
+    let got = q.claim(10, Some(1_000), None, 20).await.unwrap();
+    assert_eq!(names(&got), ["x1", "y1"]);
+    assert_eq!(got[0].group.as_deref(), Some("X"));
+    assert!(q.claim(10, Some(1_000), None, 21).await.unwrap().is_empty());
+    // A retried head parks its group until it is due: strict order.
+    let r = q
+        .retry_with(&got[0].receipt, "wait", RetryDelay::Fixed(100), 22)
+        .await;
+    assert_eq!(r.unwrap(), Retried::Scheduled(122));
+    q.ack(&got[1].receipt).await.unwrap();
+    let got = q.claim(10, Some(1_000), None, 30).await.unwrap();
+    assert_eq!(names(&got), ["y2"]);
+    let got2 = q.claim(10, Some(1_000), None, 122).await.unwrap();
+    assert_eq!(names(&got2), ["x1"]);
+    assert_eq!(got2[0].attempt, 2);
+    // An expired head goes to the dead letters; the next one moves up.
+    q.ack(&got[0].receipt).await.unwrap();
+    q.fail(&got2[0].receipt, "no", 123).await.unwrap();
+    let got = q.claim(10, Some(1_000), None, 124).await.unwrap();
+    assert_eq!(names(&got), ["x2"]);
+    q.ack(&got[0].receipt).await.unwrap();
+    let got = q.claim(10, Some(1_000), None, 125).await.unwrap();
+    assert_eq!(names(&got), ["x3"]);
+    q.ack(&got[0].receipt).await.unwrap();
+
+    // A redriven message joins the back of its group: the group keeps one
+    // message in flight.
+    let z1 = q.send_with(&text("z1"), &g("Z"), 300).await.unwrap();
+    q.send_with(&text("z2"), &g("Z"), 300).await.unwrap();
+    let got = q.claim(1, Some(1_000), None, 301).await.unwrap();
+    assert_eq!(names(&got), ["z1"]);
+    q.fail(&got[0].receipt, "no", 302).await.unwrap();
+    let got = q.claim(1, Some(1_000), None, 303).await.unwrap();
+    assert_eq!(names(&got), ["z2"]);
+    let back = q.redrive(&[z1 as u64], 304).await.unwrap();
+    assert!(back[0].is_some());
+    assert!(
+        q.claim(10, Some(1_000), None, 305)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    q.ack(&got[0].receipt).await.unwrap();
+    let got = q.claim(10, Some(1_000), None, 306).await.unwrap();
+    assert_eq!(names(&got), ["z1"]);
+    q.ack(&got[0].receipt).await.unwrap();
+
+    // Priority: a group's is the highest sent to it; the floor skips the rest.
+    q.send_with(&text("low"), &g("L"), 200).await.unwrap();
+    q.send_with(&text("h1"), &g("H"), 200).await.unwrap();
+    q.send_with(
+        &text("h2"),
+        &with(|o| {
+            o.group = Some("H".into());
+            o.priority = Some(7);
+        }),
+        200,
+    )
+    .await
+    .unwrap();
+    let got = q.claim(10, Some(1_000), Some(7), 201).await.unwrap();
+    assert_eq!(names(&got), ["h1"]);
+    assert_eq!(got[0].priority, 0);
+    let job = q.job(got[0].id as u64, 201).await.unwrap().unwrap();
+    assert_eq!(job.group.as_deref(), Some("H"));
+}

@@ -34,12 +34,15 @@ use std::path::Path;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use alk_host::{AlkCtx, Durability, RunOptions, Runner};
+use alk_store::jobs::SendOptions;
 use alk_store::kv::Bucket;
 use alk_store::lock::Locks;
 use alk_store::queue::{Payload, Queue};
 use alk_store::stream::Streams;
 use alk_store::{Engine, KvLimits, StreamLimits};
 use alk_store_turso::{RetryPolicy, StoreOptions, TursoEngine, kv, lock, queue, stream};
+use std::collections::HashMap;
+
 use rusqlite::{Connection, params};
 
 fn wall_us() -> u128 {
@@ -120,6 +123,15 @@ fn main() {
 
 type Timing = (usize, u128, u128, u128);
 
+/// Groups the messages of a grouped claim benchmark are spread over.
+const GROUPS: usize = 100;
+
+/// `queue-gclaim-<depth>` (one claim at a time from `depth` messages in
+/// [`GROUPS`] groups) as `depth`.
+fn group_claim_op(op: &str) -> Option<usize> {
+    op.strip_prefix("queue-gclaim-")?.parse().ok()
+}
+
 /// `queue-claim-<batch>-<depth>` as `(batch, depth)`.
 fn claim_op(op: &str) -> Option<(u32, usize)> {
     let (batch, depth) = op.strip_prefix("queue-claim-")?.split_once('-')?;
@@ -181,6 +193,21 @@ async fn turso(op: &str, n: usize, tag: &str, dir: &Path, relaxed: bool) -> Timi
                     .map(|_| Payload::Text(text.clone()))
                     .collect();
                 q.send_batch(&batch, now_ms()).await.unwrap();
+            }
+        }
+        op if group_claim_op(op).is_some() => {
+            let per_group = group_claim_op(op).unwrap() / GROUPS;
+            for g in 0..GROUPS {
+                let options = SendOptions {
+                    group: Some(format!("g{g}")),
+                    ..SendOptions::default()
+                };
+                for start in (0..per_group).step_by(1000) {
+                    let batch: Vec<Payload> = (start..per_group.min(start + 1000))
+                        .map(|_| Payload::Text(text.clone()))
+                        .collect();
+                    q.send_batch_with(&batch, &options, now_ms()).await.unwrap();
+                }
             }
         }
         _ => {}
@@ -251,8 +278,8 @@ async fn turso(op: &str, n: usize, tag: &str, dir: &Path, relaxed: bool) -> Timi
             }
         }
         "queue-preload" => {}
-        op if claim_op(op).is_some() => {
-            let (batch, _) = claim_op(op).unwrap();
+        op if claim_op(op).is_some() || group_claim_op(op).is_some() => {
+            let batch = claim_op(op).map(|(b, _)| b).unwrap_or(1);
             done = 0;
             while done < n {
                 let got = q.receive(batch, None, now_ms()).await.unwrap();
@@ -427,8 +454,119 @@ fn immediate<T>(conn: &Connection, mut f: impl FnMut(&Connection) -> rusqlite::R
     }
 }
 
+/// `localqueue.v2` send on stock SQLite: the engine's statement, a plain
+/// message (or one of `group`, joining the round first, as the engine does).
+fn send_sqlite(c: &Connection, text: &str, group: Option<&str>) -> rusqlite::Result<()> {
+    let now = now_ms();
+    if let Some(g) = group {
+        let last: i64 = c
+            .prepare_cached(queue::LAST_SERVED)?
+            .query_map([], |r| r.get(0))?
+            .next()
+            .transpose()?
+            .unwrap_or(0);
+        c.prepare_cached(queue::JOIN)?
+            .execute(params![g, 0, last])?;
+    }
+    c.prepare_cached(queue::SEND_V2)?.execute(params![
+        "text",
+        text,
+        now,
+        now,
+        0,
+        group,
+        Option::<i64>::None,
+        Option::<i64>::None,
+        Option::<i64>::None
+    ])?;
+    Ok(())
+}
+
+/// The `localqueue.v2` claim on stock SQLite, statement for statement as
+/// the engine runs it (the round, the lane's due messages or each group's
+/// head, the claim, the moves in the round); `(id, uuid, body, attempt)`
+/// per message claimed, in claim order.
+fn claim_sqlite(qc: &Connection, max: i64, visibility: i64) -> Vec<(i64, String, String, i64)> {
+    immediate(qc, |c| {
+        let now = now_ms();
+        let uuid = format!("{:032x}", wall_us());
+        let round: Vec<(i64, String)> = c
+            .prepare_cached(queue::ROUND)?
+            .query_map(params![i32::MIN, i64::MIN, max + 32], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })?
+            .collect::<rusqlite::Result<_>>()?;
+        let mut picks: Vec<i64> = Vec::new();
+        let mut served: Vec<i64> = Vec::new();
+        let saw_group = round.iter().any(|(_, k)| !k.is_empty());
+        for (gid, key) in &round {
+            let left = max - picks.len() as i64;
+            if left == 0 {
+                break;
+            }
+            if key.is_empty() {
+                let due: Vec<i64> = c
+                    .prepare_cached(queue::DUE)?
+                    .query_map(params![i32::MIN, now, left], |r| r.get(0))?
+                    .collect::<rusqlite::Result<_>>()?;
+                if !due.is_empty() && saw_group {
+                    served.push(*gid);
+                }
+                picks.extend(due);
+            } else {
+                let head: Option<(i64, i64)> = c
+                    .prepare_cached(queue::HEAD)?
+                    .query_map(params![key], |r| Ok((r.get(0)?, r.get(1)?)))?
+                    .next()
+                    .transpose()?;
+                if let Some((id, visible_at)) = head
+                    && visible_at <= now
+                {
+                    picks.push(id);
+                    served.push(*gid);
+                }
+            }
+        }
+        let ids = format!(
+            "[{}]",
+            picks
+                .iter()
+                .map(|i| i.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        let mut claimed: HashMap<i64, (String, i64)> = c
+            .prepare_cached(queue::CLAIM_IDS)?
+            .query_map(params![now + visibility, uuid, ids], |r| {
+                Ok((r.get(0)?, (r.get(2)?, r.get(3)?)))
+            })?
+            .collect::<rusqlite::Result<_>>()?;
+        if !served.is_empty() {
+            let mut next: i64 = c
+                .prepare_cached(queue::LAST_SERVED)?
+                .query_map([], |r| r.get(0))?
+                .next()
+                .transpose()?
+                .unwrap_or(0);
+            for gid in served {
+                next += 1;
+                c.prepare_cached(queue::SERVE)?
+                    .execute(params![next, gid])?;
+            }
+        }
+        Ok(picks
+            .iter()
+            .filter_map(|id| {
+                let (body, attempt) = claimed.remove(id)?;
+                Some((*id, uuid.clone(), body, attempt))
+            })
+            .collect())
+    })
+}
+
 /// `ack-batch` with the statements alk runs: the single-ack statements for
-/// one receipt, the two set-based ones for more.
+/// one receipt, the two set-based ones for more (and a group that empties
+/// leaves the round).
 fn ack_sqlite(qc: &Connection, receipts: &[String]) {
     let pairs: Vec<String> = receipts
         .iter()
@@ -450,16 +588,31 @@ fn ack_sqlite(qc: &Connection, receipts: &[String]) {
         if receipts.len() == 1 {
             let (id, uuid) = receipts[0].split_once(':').unwrap();
             let id: i64 = id.parse().unwrap();
-            if c.prepare_cached(queue::ACK)?.execute(params![id, uuid])? == 0 {
-                c.prepare_cached(queue::EXISTS)?
-                    .query_map(params![id], |_| Ok(()))?
-                    .count();
+            let group: Option<Option<String>> = c
+                .prepare_cached(queue::ACK_V2)?
+                .query_map(params![id, uuid], |r| r.get(0))?
+                .next()
+                .transpose()?;
+            match group {
+                None => {
+                    c.prepare_cached(queue::EXISTS)?
+                        .query_map(params![id], |_| Ok(()))?
+                        .count();
+                }
+                Some(Some(g)) => {
+                    c.prepare_cached(queue::LEAVE)?.execute(params![g])?;
+                }
+                Some(None) => {}
             }
             return Ok(());
         }
-        c.prepare_cached(queue::ACK_BATCH)?
-            .query_map(params![pairs], |r| r.get::<_, i64>(0))?
-            .count();
+        let groups: Vec<Option<String>> = c
+            .prepare_cached(queue::ACK_BATCH_V2)?
+            .query_map(params![pairs], |r| r.get(2))?
+            .collect::<rusqlite::Result<_>>()?;
+        for g in groups.into_iter().flatten() {
+            c.prepare_cached(queue::LEAVE)?.execute(params![g])?;
+        }
         c.prepare_cached(queue::EXISTING)?
             .query_map(params![ids], |r| r.get::<_, i64>(0))?
             .count();
@@ -471,7 +624,7 @@ fn sqlite(op: &str, n: usize, tag: &str, dir: &Path, relaxed: bool) -> Timing {
     let value = vec![7u8; 100];
     let text = "x".repeat(100);
     let kvc = sqlite_db(dir, "kv.sqlite", kv::DDL, relaxed);
-    let qc = sqlite_db(dir, "queue.sqlite", queue::DDL, relaxed);
+    let qc = sqlite_db(dir, "queue.sqlite", queue::DDL_V2, relaxed);
     let sc = sqlite_db(dir, "stream.sqlite", stream::DDL, relaxed);
     let lc = sqlite_db(dir, "lock.sqlite", lock::DDL, relaxed);
     let get = |key: &str| -> Option<Vec<u8>> {
@@ -487,15 +640,10 @@ fn sqlite(op: &str, n: usize, tag: &str, dir: &Path, relaxed: bool) -> Timing {
         }
     };
     let claim = |max: i64| -> Vec<String> {
-        immediate(&qc, |c| {
-            let now = now_ms();
-            let uuid = format!("{:032x}", wall_us());
-            let ids: Vec<i64> = c
-                .prepare_cached(queue::CLAIM)?
-                .query_map(params![now + 30_000, uuid, now, max], |r| r.get(0))?
-                .collect::<rusqlite::Result<_>>()?;
-            Ok(ids.into_iter().map(|id| format!("{id}:{uuid}")).collect())
-        })
+        claim_sqlite(&qc, max, 30_000)
+            .into_iter()
+            .map(|(id, uuid, _, _)| format!("{id}:{uuid}"))
+            .collect()
     };
     let ack = |receipts: &[String]| ack_sqlite(&qc, receipts);
     let publish_to = |c: &Connection, name: &str| -> rusqlite::Result<i64> {
@@ -543,8 +691,7 @@ fn sqlite(op: &str, n: usize, tag: &str, dir: &Path, relaxed: bool) -> Timing {
             for _ in 0..n.div_ceil(1000) {
                 immediate(&qc, |c| {
                     for _ in 0..1000 {
-                        c.prepare_cached(queue::SEND)?
-                            .execute(params!["text", text, now_ms()])?;
+                        send_sqlite(c, &text, None)?;
                     }
                     Ok(())
                 });
@@ -571,11 +718,24 @@ fn sqlite(op: &str, n: usize, tag: &str, dir: &Path, relaxed: bool) -> Timing {
             for start in (0..depth).step_by(1000) {
                 immediate(&qc, |c| {
                     for _ in start..depth.min(start + 1000) {
-                        c.prepare_cached(queue::SEND)?
-                            .execute(params!["text", text, now_ms()])?;
+                        send_sqlite(c, &text, None)?;
                     }
                     Ok(())
                 });
+            }
+        }
+        op if group_claim_op(op).is_some() => {
+            let per_group = group_claim_op(op).unwrap() / GROUPS;
+            for g in 0..GROUPS {
+                let group = format!("g{g}");
+                for start in (0..per_group).step_by(1000) {
+                    immediate(&qc, |c| {
+                        for _ in start..per_group.min(start + 1000) {
+                            send_sqlite(c, &text, Some(&group))?;
+                        }
+                        Ok(())
+                    });
+                }
             }
         }
         _ => {}
@@ -625,12 +785,7 @@ fn sqlite(op: &str, n: usize, tag: &str, dir: &Path, relaxed: bool) -> Timing {
                 .count();
             assert_eq!(rows, 100);
         }),
-        "queue-send" => (0..n).for_each(|_| {
-            qc.prepare_cached(queue::SEND)
-                .unwrap()
-                .execute(params!["text", text, now_ms()])
-                .unwrap();
-        }),
+        "queue-send" => (0..n).for_each(|_| send_sqlite(&qc, &text, None).unwrap()),
         "queue-recv-ack-1" => (0..n).for_each(|_| {
             let got = claim(1);
             ack(&got);
@@ -650,8 +805,8 @@ fn sqlite(op: &str, n: usize, tag: &str, dir: &Path, relaxed: bool) -> Timing {
             }
         }
         "queue-preload" => {}
-        op if claim_op(op).is_some() => {
-            let (batch, _) = claim_op(op).unwrap();
+        op if claim_op(op).is_some() || group_claim_op(op).is_some() => {
+            let batch = claim_op(op).map(|(b, _)| b).unwrap_or(1);
             done = 0;
             while done < n {
                 let got = claim(batch as i64);
@@ -760,16 +915,11 @@ impl MixStats {
 /// formats: a claim is `BEGIN IMMEDIATE`, the due ids, a claim per id.
 fn mix_sqlite(role: &[&str], dir: &Path, relaxed: bool) {
     let kvc = sqlite_db(dir, "kv.sqlite", kv::DDL, relaxed);
-    let qc = sqlite_db(dir, "queue.sqlite", queue::DDL, relaxed);
+    let qc = sqlite_db(dir, "queue.sqlite", queue::DDL_V2, relaxed);
     let sc = sqlite_db(dir, "stream.sqlite", stream::DDL, relaxed);
     let lc = sqlite_db(dir, "lock.sqlite", lock::DDL, relaxed);
     let mut stats = MixStats::default();
-    let send = |text: &str| {
-        qc.prepare_cached(queue::SEND)
-            .unwrap()
-            .execute(params!["text", text, now_ms()])
-            .unwrap();
-    };
+    let send = |text: &str| send_sqlite(&qc, text, None).unwrap();
     let lock_once = |stats: &mut MixStats, owner: &str| {
         let now = now_ms();
         let token: Option<i64> = stats.call(true, || {
@@ -833,23 +983,8 @@ fn mix_sqlite(role: &[&str], dir: &Path, relaxed: bool) {
             let batch: i64 = batch.parse().unwrap();
             let (mut acked, mut rounds, mut position, mut stopped) = (0u64, 0u64, 0i64, false);
             while !stopped {
-                let got: Vec<(i64, String, String, i64)> = stats.call(true, || {
-                    immediate(&qc, |c| {
-                        let now = now_ms();
-                        let uuid = format!("{:032x}", wall_us());
-                        let mut out: Vec<(i64, i64, String, String, i64)> = c
-                            .prepare_cached(queue::CLAIM)?
-                            .query_map(params![now + 60_000, uuid, now, batch], |r| {
-                                Ok((r.get(4)?, r.get(0)?, uuid.clone(), r.get(2)?, r.get(3)?))
-                            })?
-                            .collect::<rusqlite::Result<_>>()?;
-                        out.sort();
-                        Ok(out
-                            .into_iter()
-                            .map(|(_, id, u, b, a)| (id, u, b, a))
-                            .collect())
-                    })
-                });
+                let got: Vec<(i64, String, String, i64)> =
+                    stats.call(true, || claim_sqlite(&qc, batch, 60_000));
                 if got.is_empty() {
                     // No wake-up to wait for: poll, as SQLite queues do.
                     std::thread::sleep(std::time::Duration::from_millis(1));

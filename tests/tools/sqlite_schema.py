@@ -10,7 +10,7 @@ multi-process store, so the file and its WAL are copied to a temporary
 directory and the copy is read.
 
 Output: {"tables": {...}, "indexes": {...}, "meta": [[key, value], ...],
-"integrity": "ok" | "...", "engine_tables": [...]}; engine_tables are
+"integrity": "ok" | "...", "engine_tables": [...], "rows": {table: count}}; engine_tables are
 turso's own tables (prefix __turso_internal_), kept apart; columns are PRAGMA table_xinfo rows, indexes are
 PRAGMA index_list/index_xinfo rows, so two files with the same DDL print the
 same JSON whatever whitespace or comments the DDL text had.
@@ -50,7 +50,8 @@ def describe(conn):
     if "meta" in tables:
         meta = [list(r) for r in conn.execute("SELECT key, value FROM meta ORDER BY key")]
     integrity = conn.execute("PRAGMA integrity_check").fetchone()[0]
-    return {"tables": tables, "indexes": indexes, "meta": meta, "integrity": integrity, "engine_tables": engine}
+    rows = {name: conn.execute(f"SELECT count(*) FROM '{name}'").fetchone()[0] for name in tables}
+    return {"tables": tables, "indexes": indexes, "meta": meta, "integrity": integrity, "engine_tables": engine, "rows": rows}
 
 
 def from_store(path):

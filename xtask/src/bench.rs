@@ -802,8 +802,40 @@ pub fn run(
                 "queue-claim-1-10000",
                 500,
             ),
+            (
+                "claim + ack-batch, batch 8, 5,000 waiting (messages)",
+                "queue-claim-8-5000",
+                2_000,
+            ),
+            (
+                "claim + ack-batch, batch 32, 5,000 waiting (messages)",
+                "queue-claim-32-5000",
+                5_000,
+            ),
+            (
+                "claim + ack-batch, batch 128, 5,000 waiting (messages)",
+                "queue-claim-128-5000",
+                5_000,
+            ),
         ],
         false,
+        1,
+    )?;
+    let grouped = capability_rows(
+        &b,
+        &[
+            (
+                "grouped claim + ack one at a time, 1,000 waiting in 100 groups",
+                "queue-gclaim-1000",
+                500,
+            ),
+            (
+                "grouped claim + ack one at a time, 100,000 waiting in 100 groups",
+                "queue-gclaim-100000",
+                500,
+            ),
+        ],
+        true,
         1,
     )?;
     let relaxed_multi = capability_rows(
@@ -1048,14 +1080,20 @@ pub fn run(
     ops_table(
         &mut md,
         "Queue depth and batches — one process, relaxed durability",
-        "A claim takes the oldest due messages: `queue-claim-<batch>-<depth>` sends `depth` messages (untimed), then receives and acknowledges `ops per run` of them, `batch` at a time (one at a time with `ack`, more with `ack-batch`). A claim that does not slow down as the queue grows shows as equal rates at 500 and 10,000 waiting. Replay reads a stream of that many events from the start in pages of 1,000.",
+        "A claim takes the due messages in priority order, then oldest first (all have priority 0 here): `queue-claim-<batch>-<depth>` sends `depth` messages (untimed), then receives and acknowledges `ops per run` of them, `batch` at a time (one at a time with `ack`, more with `ack-batch`). A claim that does not slow down as the queue grows shows as equal rates at 500 and 10,000 waiting. Replay reads a stream of that many events from the start in pages of 1,000.",
         &depth_relaxed,
     );
     ops_table(
         &mut md,
-        "Queue depth — one process, full durability",
+        "Queue depth and batches — one process, full durability",
         "",
         &depth_full,
+    );
+    ops_table(
+        &mut md,
+        "Grouped claims — one process, relaxed durability",
+        "`queue-gclaim-<depth>` sends `depth` messages (untimed) spread evenly over 100 groups, one group after the other, then claims and acknowledges `ops per run` of them one at a time: each claim walks the round of groups from the one served longest ago and takes that group's oldest message. Equal rates at 1,000 and 100,000 waiting show that the claim does not slow down as groups grow.",
+        &grouped,
     );
     md.push_str(&"### Postgres engine — full durability\n\nThe Postgres engine on the throwaway PostgreSQL 15 server of the run (on this machine, over TCP on\nloopback, `synchronous_commit` on). **alk guest**: `alk-host run --store postgres://…?schema=S\ntarget/guests/bench-guest.wasm -- <op> <n> <tag>`; **direct**: the engine's own statements\n(`alk_store_postgres::sql`) from Rust with tokio-postgres on one connection with prepared statements, no guest, no\nhost, no pool: `target/debug/alk-bench op postgres-direct full <op> <n> <tag> postgres://…?schema=S`. Both sides run\non a single-threaded tokio runtime (what `alk-host run --store` uses). Every run\nuses a fresh schema; the two sides take turns, {PG_RUNS} runs each (median, slowest–fastest). **alk ÷ direct** is the\nhost's overhead as a time ratio (direct ops/s over alk ops/s; 1.00 = none). The 4-process row drains one preloaded\nqueue, 100 messages per receive and one ack-batch each. The throwaway server runs with `fsync = off` (it is a test\nserver): commits do not wait for the disk, so the figures show the cost of the host and of the statements rather than\nof this machine's disk.\n\n| operation | processes | ops per run | alk guest ops/s | direct ops/s | alk ÷ direct |\n|---|---|---|---|---|---|\n".replace("{PG_RUNS}", &PG_RUNS.to_string()));
     for (label, n, procs, cells) in &postgres {

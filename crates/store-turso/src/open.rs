@@ -109,13 +109,16 @@ impl Format {
             .map(|line| line.split("--").next().unwrap_or(""))
             .collect::<Vec<_>>()
             .join("\n");
+        let dropped = self.dropped();
         bare.split(';')
             .filter(|stmt| {
-                let words: Vec<&str> = stmt.split_whitespace().take(5).collect();
-                matches!(
-                    words.as_slice(),
-                    ["CREATE", "TABLE" | "INDEX", "IF", "NOT", "EXISTS"]
-                )
+                let words: Vec<&str> = stmt.split_whitespace().take(6).collect();
+                match words.as_slice() {
+                    ["CREATE", "TABLE" | "INDEX", "IF", "NOT", "EXISTS", name] => {
+                        !dropped.contains(name)
+                    }
+                    _ => false,
+                }
             })
             .map(|stmt| format!("{};\n", stmt.trim()))
             .collect()
@@ -135,15 +138,34 @@ impl Format {
         )
     }
 
-    /// The names of the tables and indexes its DDL creates.
+    /// The names of the tables and indexes its DDL creates (and does not
+    /// drop again further on).
     pub fn objects(&self) -> impl Iterator<Item = &'static str> {
-        self.ddl.split(';').filter_map(|stmt| {
-            let words: Vec<&str> = stmt.split_whitespace().collect();
-            match words.as_slice() {
-                ["CREATE", "TABLE" | "INDEX", "IF", "NOT", "EXISTS", name, ..] => Some(*name),
-                _ => None,
-            }
-        })
+        let dropped = self.dropped();
+        self.ddl
+            .split(';')
+            .filter_map(|stmt| {
+                let words: Vec<&str> = stmt.split_whitespace().collect();
+                match words.as_slice() {
+                    ["CREATE", "TABLE" | "INDEX", "IF", "NOT", "EXISTS", name, ..] => Some(*name),
+                    _ => None,
+                }
+            })
+            .filter(move |name| !dropped.contains(name))
+    }
+
+    /// The indexes its DDL drops (`DROP INDEX IF EXISTS`).
+    fn dropped(&self) -> Vec<&'static str> {
+        self.ddl
+            .split(';')
+            .filter_map(|stmt| {
+                let words: Vec<&str> = stmt.split_whitespace().collect();
+                match words.as_slice() {
+                    ["DROP", "INDEX", "IF", "EXISTS", name, ..] => Some(*name),
+                    _ => None,
+                }
+            })
+            .collect()
     }
 }
 

@@ -59,8 +59,9 @@ ALTER TABLE messages ADD COLUMN expires_at INTEGER;                    -- unix e
 ALTER TABLE messages ADD COLUMN last_error TEXT;                       -- error of the last failed attempt
 UPDATE messages SET ready_at = CASE WHEN receipt_handle IS NULL THEN visible_at ELSE enqueued_at END;
 CREATE INDEX IF NOT EXISTS idx_messages_ready ON messages (priority DESC, ready_at, id) WHERE group_key IS NULL;
-CREATE INDEX IF NOT EXISTS idx_messages_group ON messages (group_key, id);
-CREATE INDEX IF NOT EXISTS idx_messages_expiry ON messages (expires_at);
+CREATE INDEX IF NOT EXISTS idx_messages_group ON messages (group_key, id) WHERE group_key IS NOT NULL;
+CREATE INDEX IF NOT EXISTS idx_messages_expiry ON messages (expires_at) WHERE expires_at IS NOT NULL;
+DROP INDEX IF EXISTS idx_messages_claim;
 CREATE TABLE IF NOT EXISTS message_groups (
     id        INTEGER PRIMARY KEY AUTOINCREMENT, -- order of joining the round
     group_key TEXT NOT NULL UNIQUE,             -- '' is the messages without a group
@@ -181,7 +182,7 @@ pub const ROUND: &str = "SELECT id, group_key, served FROM message_groups INDEXE
 WHERE served >= ?2 AND (priority >= ?1 OR group_key = '') ORDER BY served, id LIMIT ?3";
 /// The oldest message of group `?1` (only it can be claimed).
 pub const HEAD: &str = "SELECT id, visible_at, attempt, max_attempts, expires_at FROM messages \
-INDEXED BY idx_messages_group WHERE group_key = ?1 ORDER BY id LIMIT 1";
+INDEXED BY idx_messages_group WHERE group_key IS NOT NULL AND group_key = ?1 ORDER BY id LIMIT 1";
 /// Due messages without a group, of priority `?1` or more, in claim order.
 pub const DUE: &str = "SELECT id, attempt, max_attempts, expires_at FROM messages INDEXED BY idx_messages_ready \
 WHERE group_key IS NULL AND priority >= ?1 AND visible_at <= ?2 ORDER BY priority DESC, ready_at, id LIMIT ?3";
@@ -200,7 +201,7 @@ backoff_ms, expires_at, ?2, ?3 FROM messages WHERE id = ?1";
 pub const DELETE_V2: &str = "DELETE FROM messages WHERE id = ?1 RETURNING group_key";
 /// Group `?1` leaves the round when it has no message left.
 pub const LEAVE: &str = "DELETE FROM message_groups WHERE group_key = ?1 \
-AND NOT EXISTS (SELECT 1 FROM messages INDEXED BY idx_messages_group WHERE group_key = ?1)";
+AND NOT EXISTS (SELECT 1 FROM messages INDEXED BY idx_messages_group WHERE group_key IS NOT NULL AND group_key = ?1)";
 /// `localqueue.v2` ack: deletes a message by its current receipt; its group.
 pub const ACK_V2: &str =
     "DELETE FROM messages WHERE id = ?1 AND receipt_handle = ?2 RETURNING group_key";
@@ -236,8 +237,8 @@ visible_at, expires_at, last_error, died_at FROM dead_letters WHERE id = ?1";
 pub const DEAD_PAGE: &str = "SELECT payload_type, payload_data, attempt, max_attempts, priority, group_key, enqueued_at, \
 visible_at, expires_at, last_error, died_at, id FROM dead_letters WHERE id > ?1 ORDER BY id LIMIT ?2";
 /// The expired messages (expiry at or before `?1`).
-pub const EXPIRED: &str =
-    "SELECT id FROM messages INDEXED BY idx_messages_expiry WHERE expires_at <= ?1";
+pub const EXPIRED: &str = "SELECT id FROM messages INDEXED BY idx_messages_expiry \
+WHERE expires_at IS NOT NULL AND expires_at <= ?1";
 /// Sends dead letter `?1` again as a new message, due (and ready) at `?2`.
 pub const REDRIVE: &str = "INSERT INTO messages (payload_type, payload_data, enqueued_at, visible_at, attempt, \
 priority, ready_at, group_key, max_attempts, backoff_ms, expires_at, last_error) \
@@ -486,6 +487,13 @@ async fn claim_v2_on(
     // Participants (their rows) in the order served; the lane's row too.
     let mut served: Vec<i64> = Vec::new();
     let mut lane_row = None;
+    // Whether a group was seen in the round, and whether the whole round
+    // was read (then, without a floor, no group was seen means none).
+    let mut saw_group = false;
+    let mut whole_round = false;
+    // A group may have left the round when its head went to the dead
+    // letters: then only the table can tell whether any group is left.
+    let mut group_left = false;
     loop {
         let mut left = max as usize - out.len();
         let mut picks: Vec<i64> = Vec::new();
@@ -505,6 +513,8 @@ async fn claim_v2_on(
             }
             drop(rows);
             let full = round.len() as i64 == page;
+            whole_round |= !full && from == i64::MIN;
+            saw_group |= round.iter().any(|(_, key, _)| !key.is_empty());
             let mut fresh = false;
             for (gid, key, at) in round {
                 if !seen.insert(gid) {
@@ -565,6 +575,7 @@ async fn claim_v2_on(
                         Some(error) => {
                             bury_on(conn, id, &error, now).await?;
                             buried = true;
+                            group_left = true;
                         }
                         None => {
                             picks.push(id);
@@ -624,23 +635,26 @@ async fn claim_v2_on(
     }
     // Every participant served moves to the back of the round, in the
     // order served; the lane only when the queue has groups at all.
+    if served.iter().any(|gid| Some(*gid) == lane_row) {
+        let any_group = if saw_group && !group_left {
+            true
+        } else if !saw_group && whole_round && floor == i64::from(i32::MIN) {
+            false
+        } else {
+            let mut rows = query(conn, ANY_GROUP, ()).await?;
+            let mut found = false;
+            while rows.next().await?.is_some() {
+                found = true;
+            }
+            found
+        };
+        if !any_group {
+            served.retain(|gid| Some(*gid) != lane_row);
+        }
+    }
     if !served.is_empty() {
         let mut next = last_served(conn).await?;
-        let mut any_group = None;
         for gid in served {
-            if Some(gid) == lane_row {
-                if any_group.is_none() {
-                    let mut rows = query(conn, ANY_GROUP, ()).await?;
-                    let mut found = false;
-                    while rows.next().await?.is_some() {
-                        found = true;
-                    }
-                    any_group = Some(found);
-                }
-                if any_group != Some(true) {
-                    continue;
-                }
-            }
             next += 1;
             exec(conn, SERVE, (next, gid)).await?;
         }
@@ -1375,7 +1389,11 @@ mod tests {
     #[tokio::test]
     async fn the_claim_walks_the_claim_index_and_sorts_nothing() {
         let dir = tempfile::tempdir().unwrap();
-        let q = queue(dir.path()).await;
+        let v1 = StoreOptions {
+            new_queues: NewQueues::V1,
+            ..StoreOptions::default()
+        };
+        let q = QueueStore::open(dir.path(), "q", v1).await.unwrap();
         let plan: Vec<String> = q
             .store
             .run(|conn: Connection| {
@@ -1714,5 +1732,53 @@ mod tests {
                 .map_err(|e| matches!(e, AlkError::InvalidArgument(_))),
             Err(true)
         );
+    }
+
+    /// A migration that fails part-way (here: a column the upgrade adds
+    /// last already exists) rolls back entirely: the file is still a valid
+    /// v1 store, with its schema, marker and messages as before.
+    #[tokio::test]
+    async fn a_migration_that_fails_part_way_leaves_the_v1_file_as_it_was() {
+        let dir = tempfile::tempdir().unwrap();
+        let v1 = StoreOptions {
+            new_queues: NewQueues::V1,
+            ..StoreOptions::default()
+        };
+        let q = QueueStore::open(dir.path(), "q", v1).await.unwrap();
+        q.send(&[text("kept")], &Stamp::plain(1), 1).await.unwrap();
+        crate::write_sql(&q.store, "ALTER TABLE messages ADD COLUMN last_error TEXT").await;
+        let schema = |q: QueueStore| async move {
+            q.store
+                .run(|conn: Connection| {
+                    Box::pin(async move {
+                        let mut rows = conn
+                            .query(
+                                "SELECT type, name, sql FROM sqlite_schema ORDER BY name",
+                                (),
+                            )
+                            .await?;
+                        let mut all = Vec::new();
+                        while let Some(row) = rows.next().await? {
+                            all.push(format!(
+                                "{:?}",
+                                (row.get_value(0)?, row.get_value(1)?, row.get_value(2)?)
+                            ));
+                        }
+                        Ok(all)
+                    })
+                })
+                .await
+                .unwrap()
+        };
+        let before = schema(q.clone()).await;
+        q.store.close_for_test();
+        drop(q);
+        let failed = QueueStore::migrate(dir.path(), "q", StoreOptions::default()).await;
+        assert!(failed.is_err(), "{failed:?}");
+        let q = QueueStore::open(dir.path(), "q", v1).await.unwrap();
+        assert!(!q.is_v2().await.unwrap());
+        assert_eq!(schema(q.clone()).await, before);
+        let got = q.claim(1, 1_000, 10, None).await.unwrap();
+        assert_eq!(got[0].payload, text("kept"));
     }
 }

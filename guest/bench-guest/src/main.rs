@@ -11,14 +11,17 @@
 //! in batches of 100 until the queue is empty; `n` is ignored and the count
 //! is what it drained), `queue-claim-<batch>-<depth>` (sends `depth`
 //! messages untimed, then receives and acks `n` of them, `batch` at a time:
-//! one at a time with `ack`, more with `ack-batch`), `stream-publish`,
+//! one at a time with `ack`, more with `ack-batch`), `queue-gclaim-<depth>`
+//! (sends `depth` messages untimed, spread evenly over 100 groups one group
+//! after the other, then claims and acks `n` of them one at a time),
+//! `stream-publish`,
 //! `stream-read100`, `stream-replay` (publishes `n` events untimed, then
 //! reads them all from the start in pages of 1,000), `lock-cycle`.
 
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use alk_guest::kv::Bucket;
-use alk_guest::queue::{Payload, Queue};
+use alk_guest::queue::{Payload, Queue, SendOptions};
 use alk_guest::{lock, stream};
 
 fn wall_us() -> u128 {
@@ -26,6 +29,14 @@ fn wall_us() -> u128 {
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_micros()
+}
+
+/// Groups the messages of a grouped claim benchmark are spread over.
+const GROUPS: usize = 100;
+
+/// `queue-gclaim-<depth>` as `depth`.
+fn group_claim_op(op: &str) -> Option<usize> {
+    op.strip_prefix("queue-gclaim-")?.parse().ok()
 }
 
 /// `queue-claim-<batch>-<depth>` as `(batch, depth)`.
@@ -70,6 +81,26 @@ fn main() {
                     .map(|_| Payload::Text(text.clone()))
                     .collect();
                 q.send_batch(&batch).unwrap();
+            }
+        }
+        op if group_claim_op(op).is_some() => {
+            let per_group = group_claim_op(op).unwrap() / GROUPS;
+            for g in 0..GROUPS {
+                let options = SendOptions {
+                    priority: None,
+                    delay_ms: None,
+                    run_at_ms: None,
+                    max_attempts: None,
+                    backoff_base_ms: None,
+                    expires_in_ms: None,
+                    group: Some(format!("g{g}")),
+                };
+                for start in (0..per_group).step_by(1000) {
+                    let batch: Vec<Payload> = (start..per_group.min(start + 1000))
+                        .map(|_| Payload::Text(text.clone()))
+                        .collect();
+                    q.send_batch_with(&batch, &options).unwrap();
+                }
             }
         }
         "stream-replay" => {
@@ -127,8 +158,8 @@ fn main() {
             }
         }
         "queue-preload" => {}
-        op if claim_op(op).is_some() => {
-            let (batch, _) = claim_op(op).unwrap();
+        op if claim_op(op).is_some() || group_claim_op(op).is_some() => {
+            let batch = claim_op(op).map(|(b, _)| b).unwrap_or(1);
             done = 0;
             while done < n {
                 let got = q.receive(batch, None).unwrap();

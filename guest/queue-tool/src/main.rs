@@ -21,6 +21,8 @@
 //!   until its receipt is stale: `stale <payload>`). Prints
 //!   `got <payload> <attempt>` and `acked <payload>`; stops after `idle-ms`
 //!   of empty receives, printing `done <acked>`
+//! - `fill <q> <count> <tag>`: sends `<tag>-0` … as plain messages in
+//!   batches of 1,000, then `sent <count>`
 //! - `send-group <q> <group> <count> <tag>`: sends `<tag>-0` … to group
 //!   `<group>` in batches, then `sent <count>`
 //! - `fair <q> <visibility-ms> <run-ms> <idle-ms>`: claims one message at a
@@ -75,14 +77,18 @@ fn hash(s: &str) -> u64 {
     })
 }
 
-fn send_tagged(q: &Queue, count: usize, tag: &str, opts: &SendOptions) {
+fn send_tagged(q: &Queue, count: usize, tag: &str, opts: Option<&SendOptions>) {
     let mut i = 0;
     while i < count {
         let n = (count - i).min(1000);
         let batch: Vec<Payload> = (i..i + n)
             .map(|k| Payload::Text(format!("{tag}-{k}")))
             .collect();
-        q.send_batch_with(&batch, opts).unwrap_or_else(|e| fail(e));
+        match opts {
+            Some(o) => q.send_batch_with(&batch, o),
+            None => q.send_batch(&batch),
+        }
+        .unwrap_or_else(|e| fail(e));
         i += n;
     }
 }
@@ -98,7 +104,7 @@ fn main() {
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
     if a.len() < 2 {
         eprintln!(
-            "usage: queue-tool <send|send-json|receive|ack|nack|purge|produce|consume|hold|drain|work|send-group|fair|send-jobs|jobs|inspect> <queue> …"
+            "usage: queue-tool <send|send-json|receive|ack|nack|purge|produce|consume|hold|drain|work|fill|send-group|fair|send-jobs|jobs|inspect> <queue> …"
         );
         std::process::exit(2);
     }
@@ -258,12 +264,17 @@ fn main() {
         }
         ["send-group", _, group, count, tag] => {
             let count = num(count) as usize;
-            send_tagged(&q, count, tag, &options(Some(group), None));
+            send_tagged(&q, count, tag, Some(&options(Some(group), None)));
+            writeln!(out, "sent {count}").unwrap();
+        }
+        ["fill", _, count, tag] => {
+            let count = num(count) as usize;
+            send_tagged(&q, count, tag, None);
             writeln!(out, "sent {count}").unwrap();
         }
         ["send-jobs", _, count, tag, max] => {
             let count = num(count) as usize;
-            send_tagged(&q, count, tag, &options(None, Some(num(max) as u32)));
+            send_tagged(&q, count, tag, Some(&options(None, Some(num(max) as u32))));
             writeln!(out, "sent {count}").unwrap();
         }
         ["fair", _, vis, run, idle] => {

@@ -98,8 +98,9 @@ impl Format {
             .find(|f| f.marker == marker)
     }
 
-    /// The statements of the DDL that create a missing table or index and
-    /// change nothing else (run on a file of this format that lacks one).
+    /// The statements of the DDL that create a missing table or index, or
+    /// insert a row a table is made with, and change nothing else (run on a
+    /// file of this format that lacks one).
     fn repair(&self) -> String {
         // Comments may hold a `;`: drop them before splitting statements
         // (no DDL of ours has `--` inside a string).
@@ -117,6 +118,8 @@ impl Format {
                     ["CREATE", "TABLE" | "INDEX", "IF", "NOT", "EXISTS", name] => {
                         !dropped.contains(name)
                     }
+                    // Rows a table is made with (a marker, a fixed row).
+                    ["INSERT", "OR", "IGNORE", ..] => true,
                     _ => false,
                 }
             })

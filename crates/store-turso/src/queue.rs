@@ -176,10 +176,14 @@ ORDER BY served DESC, id DESC LIMIT 1";
 /// A group joins the round at place `?3`, or raises its priority to `?2`.
 pub const JOIN: &str = "INSERT INTO message_groups (group_key, priority, served) VALUES (?1, ?2, ?3) \
 ON CONFLICT (group_key) DO UPDATE SET priority = max(priority, excluded.priority)";
-/// The round from place `?2` on: groups of priority `?1` or more, and the
+/// The round after place `?2`: groups of priority `?1` or more, and the
 /// messages without a group (`''`), the one served longest ago first.
 pub const ROUND: &str = "SELECT id, group_key, served FROM message_groups INDEXED BY idx_groups_served \
-WHERE served >= ?2 AND (priority >= ?1 OR group_key = '') ORDER BY served, id LIMIT ?3";
+WHERE served > ?2 AND (priority >= ?1 OR group_key = '') ORDER BY served, id LIMIT ?3";
+/// The rest of place `?2` of the round, after participant `?4` (ties of a
+/// place go to the lower id).
+pub const ROUND_TIES: &str = "SELECT id, group_key, served FROM message_groups INDEXED BY idx_groups_served \
+WHERE served = ?2 AND id > ?4 AND (priority >= ?1 OR group_key = '') ORDER BY served, id LIMIT ?3";
 /// The oldest message of group `?1` (only it can be claimed).
 pub const HEAD: &str = "SELECT id, visible_at, attempt, max_attempts, expires_at FROM messages \
 INDEXED BY idx_messages_group WHERE group_key IS NOT NULL AND group_key = ?1 ORDER BY id LIMIT 1";
@@ -219,6 +223,9 @@ pub const HEARTBEAT: &str =
 /// delivery apart, and to retry it.
 pub const DELIVERY: &str =
     "SELECT receipt_handle, attempt, max_attempts, backoff_ms FROM messages WHERE id = ?1";
+/// [`DELIVERY`] on a `localqueue.v1` file (no attempt limit, no backoff).
+pub const DELIVERY_V1: &str =
+    "SELECT receipt_handle, attempt, NULL, NULL FROM messages WHERE id = ?1";
 /// A retried message: due (and ready) at `?2`, its delivery ended.
 pub const RETRY: &str = "UPDATE messages SET visible_at = ?2, ready_at = ?2, receipt_handle = NULL, last_error = ?3 \
 WHERE id = ?1";
@@ -238,7 +245,7 @@ pub const DEAD_PAGE: &str = "SELECT payload_type, payload_data, attempt, max_att
 visible_at, expires_at, last_error, died_at, id FROM dead_letters WHERE id > ?1 ORDER BY id LIMIT ?2";
 /// The expired messages (expiry at or before `?1`).
 pub const EXPIRED: &str = "SELECT id FROM messages INDEXED BY idx_messages_expiry \
-WHERE expires_at IS NOT NULL AND expires_at <= ?1";
+WHERE expires_at IS NOT NULL AND expires_at <= ?1 LIMIT ?2";
 /// Sends dead letter `?1` again as a new message, due (and ready) at `?2`.
 pub const REDRIVE: &str = "INSERT INTO messages (payload_type, payload_data, enqueued_at, visible_at, attempt, \
 priority, ready_at, group_key, max_attempts, backoff_ms, expires_at, last_error) \
@@ -250,6 +257,15 @@ pub const PURGE_GROUPS: &str = "DELETE FROM message_groups WHERE group_key <> ''
 pub const PURGE_DEAD: &str = "DELETE FROM dead_letters";
 /// Whether the queue has any group (the lane's key `''` sorts first).
 pub const ANY_GROUP: &str = "SELECT id FROM message_groups WHERE group_key > '' LIMIT 1";
+
+/// The most participants of the round one claim looks at, and the most
+/// messages it moves to the dead letters: what one claim may cost while it
+/// holds the write lock, whatever guests sent. What is left is for the next
+/// claim.
+pub const CLAIM_WORK: usize = 1000;
+
+/// The most expired messages one transaction of `sweep-expired` moves.
+pub const SWEEP_BATCH: i64 = 1000;
 
 /// Receipts longer than this were never issued (an id and a UUID are < 64
 /// bytes); they are not parsed at all.
@@ -494,34 +510,44 @@ async fn claim_v2_on(
     // A group may have left the round when its head went to the dead
     // letters: then only the table can tell whether any group is left.
     let mut group_left = false;
+    // Work of the whole claim: participants looked at, messages buried.
+    let mut looked = 0usize;
+    let mut burials = 0usize;
     loop {
         let mut left = max as usize - out.len();
         let mut picks: Vec<i64> = Vec::new();
         let mut buried = false;
-        let mut from = i64::MIN;
-        let mut seen = std::collections::HashSet::new();
+        // The place (served, id) the walk has reached; places are >= 0.
+        let mut at = (-1i64, i64::MAX);
         'round: loop {
             let page = (left + 32) as i64;
-            let mut rows = query(conn, ROUND, (floor, from, page)).await?;
             let mut round = Vec::new();
-            while let Some(row) = rows.next().await? {
-                round.push((
-                    row.get::<i64>(0)?,
-                    row.get::<String>(1)?,
-                    row.get::<i64>(2)?,
-                ));
-            }
-            drop(rows);
-            let full = round.len() as i64 == page;
-            whole_round |= !full && from == i64::MIN;
-            saw_group |= round.iter().any(|(_, key, _)| !key.is_empty());
-            let mut fresh = false;
-            for (gid, key, at) in round {
-                if !seen.insert(gid) {
-                    continue;
+            for (sql, params) in [
+                (ROUND_TIES, (floor, at.0, page, at.1)),
+                (ROUND, (floor, at.0, page, 0)),
+            ] {
+                if round.len() as i64 >= page {
+                    break;
                 }
-                fresh = true;
-                from = at;
+                let mut rows = if sql == ROUND {
+                    query(conn, sql, (params.0, params.1, page - round.len() as i64)).await?
+                } else {
+                    query(conn, sql, params).await?
+                };
+                while let Some(row) = rows.next().await? {
+                    round.push((
+                        row.get::<i64>(0)?,
+                        row.get::<String>(1)?,
+                        row.get::<i64>(2)?,
+                    ));
+                }
+            }
+            let full = round.len() as i64 == page;
+            whole_round |= !full && at.0 == -1;
+            saw_group |= round.iter().any(|(_, key, _)| !key.is_empty());
+            for (gid, key, served_at) in round {
+                at = (served_at, gid);
+                looked += 1;
                 if key.is_empty() {
                     lane_row = Some(gid);
                     let mut rows = query(conn, DUE, (floor, now, left as i64)).await?;
@@ -537,14 +563,17 @@ async fn claim_v2_on(
                     drop(rows);
                     let mut gave = false;
                     for (id, attempt, max_attempts, expires_at) in due {
+                        // A candidate takes its slot either way, as in the
+                        // reference engine.
+                        left -= 1;
                         match unfit(attempt, max_attempts, expires_at, now) {
                             Some(error) => {
                                 bury_on(conn, id, &error, now).await?;
                                 buried = true;
+                                burials += 1;
                             }
                             None => {
                                 picks.push(id);
-                                left -= 1;
                                 gave = true;
                             }
                         }
@@ -565,32 +594,31 @@ async fn claim_v2_on(
                         ));
                     }
                     drop(rows);
-                    let Some((id, visible_at, attempt, max_attempts, expires_at)) = head else {
-                        continue;
-                    };
-                    if visible_at > now {
-                        continue;
-                    }
-                    match unfit(attempt, max_attempts, expires_at, now) {
-                        Some(error) => {
-                            bury_on(conn, id, &error, now).await?;
-                            buried = true;
-                            group_left = true;
-                        }
-                        None => {
-                            picks.push(id);
-                            left -= 1;
-                            if !served.contains(&gid) {
-                                served.push(gid);
+                    if let Some((id, visible_at, attempt, max_attempts, expires_at)) = head
+                        && visible_at <= now
+                    {
+                        left -= 1;
+                        match unfit(attempt, max_attempts, expires_at, now) {
+                            Some(error) => {
+                                bury_on(conn, id, &error, now).await?;
+                                buried = true;
+                                burials += 1;
+                                group_left = true;
+                            }
+                            None => {
+                                picks.push(id);
+                                if !served.contains(&gid) {
+                                    served.push(gid);
+                                }
                             }
                         }
                     }
                 }
-                if left == 0 {
+                if left == 0 || looked >= CLAIM_WORK || burials >= CLAIM_WORK {
                     break 'round;
                 }
             }
-            if !full || !fresh {
+            if !full {
                 break;
             }
         }
@@ -629,7 +657,7 @@ async fn claim_v2_on(
             // In the order picked (the statement returns rows in any order).
             out.extend(picks.iter().filter_map(|id| claimed.remove(id)));
         }
-        if !buried || out.len() >= max as usize {
+        if !buried || out.len() >= max as usize || looked >= CLAIM_WORK || burials >= CLAIM_WORK {
             break;
         }
     }
@@ -794,8 +822,10 @@ impl QueueStore {
         conn: &Connection,
         id: i64,
         uuid: &str,
+        v2: bool,
     ) -> Result<Result<(i64, Option<i64>, Option<i64>), Settled>, Failure> {
-        let mut rows = query(conn, DELIVERY, (id,)).await?;
+        let sql = if v2 { DELIVERY } else { DELIVERY_V1 };
+        let mut rows = query(conn, sql, (id,)).await?;
         let mut found = None;
         while let Some(row) = rows.next().await? {
             found = Some((
@@ -1073,6 +1103,7 @@ impl QueueEngine for QueueStore {
     }
 
     async fn heartbeat(&self, receipt: &str, deadline: i64, now: i64) -> AlkResult<Beat> {
+        let v2 = self.is_v2().await?;
         let Some((id, uuid)) = parse_receipt(receipt) else {
             return Ok(Beat::Gone);
         };
@@ -1083,7 +1114,7 @@ impl QueueEngine for QueueStore {
                     if exec(&conn, HEARTBEAT, (id, uuid, deadline, now)).await? == 1 {
                         return Ok(Beat::Extended);
                     }
-                    Ok(match Self::delivery_on(&conn, id, uuid).await? {
+                    Ok(match Self::delivery_on(&conn, id, uuid, v2).await? {
                         Ok(_) => Beat::Lapsed,
                         Err(Settled::Stale) => Beat::Stale,
                         Err(_) => Beat::Gone,
@@ -1101,6 +1132,7 @@ impl QueueEngine for QueueStore {
         now: i64,
     ) -> AlkResult<Retried> {
         self.require_v2("retries").await?;
+        let v2 = true;
         let Some((id, uuid)) = parse_receipt(receipt) else {
             return Ok(Retried::Gone);
         };
@@ -1108,11 +1140,12 @@ impl QueueEngine for QueueStore {
         self.store
             .run_immediate(|conn: Connection| {
                 Box::pin(async move {
-                    let (attempt, max, backoff) = match Self::delivery_on(&conn, id, uuid).await? {
-                        Ok(d) => d,
-                        Err(Settled::Stale) => return Ok(Retried::Stale),
-                        Err(_) => return Ok(Retried::Gone),
-                    };
+                    let (attempt, max, backoff) =
+                        match Self::delivery_on(&conn, id, uuid, v2).await? {
+                            Ok(d) => d,
+                            Err(Settled::Stale) => return Ok(Retried::Stale),
+                            Err(_) => return Ok(Retried::Gone),
+                        };
                     if max.is_some_and(|m| attempt >= m) {
                         bury_on(&conn, id, error, now).await?;
                         return Ok(Retried::Dead);
@@ -1127,6 +1160,7 @@ impl QueueEngine for QueueStore {
 
     async fn fail(&self, receipt: &str, error: &str, now: i64) -> AlkResult<Settled> {
         self.require_v2("dead letters").await?;
+        let v2 = true;
         let Some((id, uuid)) = parse_receipt(receipt) else {
             return Ok(Settled::Gone);
         };
@@ -1134,7 +1168,7 @@ impl QueueEngine for QueueStore {
         self.store
             .run_immediate(|conn: Connection| {
                 Box::pin(async move {
-                    match Self::delivery_on(&conn, id, uuid).await? {
+                    match Self::delivery_on(&conn, id, uuid, v2).await? {
                         Ok(_) => {
                             bury_on(&conn, id, error, now).await?;
                             Ok(Settled::Done)
@@ -1199,22 +1233,32 @@ impl QueueEngine for QueueStore {
 
     async fn sweep_expired(&self, now: i64) -> AlkResult<u64> {
         self.require_v2("expiry").await?;
-        self.store
-            .run_immediate(|conn: Connection| {
-                Box::pin(async move {
-                    let mut rows = query(&conn, EXPIRED, (now,)).await?;
-                    let mut ids = Vec::new();
-                    while let Some(row) = rows.next().await? {
-                        ids.push(row.get::<i64>(0)?);
-                    }
-                    drop(rows);
-                    for id in &ids {
-                        bury_on(&conn, *id, EXPIRED_ERROR, now).await?;
-                    }
-                    Ok(ids.len() as u64)
+        // In transactions of at most SWEEP_BATCH messages, so other writers
+        // get the lock between them.
+        let mut moved = 0u64;
+        loop {
+            let n = self
+                .store
+                .run_immediate(|conn: Connection| {
+                    Box::pin(async move {
+                        let mut rows = query(&conn, EXPIRED, (now, SWEEP_BATCH)).await?;
+                        let mut ids = Vec::new();
+                        while let Some(row) = rows.next().await? {
+                            ids.push(row.get::<i64>(0)?);
+                        }
+                        drop(rows);
+                        for id in &ids {
+                            bury_on(&conn, *id, EXPIRED_ERROR, now).await?;
+                        }
+                        Ok(ids.len() as u64)
+                    })
                 })
-            })
-            .await
+                .await?;
+            moved += n;
+            if (n as i64) < SWEEP_BATCH {
+                return Ok(moved);
+            }
+        }
     }
 
     async fn dead_letters(&self, after: i64, max: u32, now: i64) -> AlkResult<Vec<JobInfo>> {
@@ -1533,6 +1577,7 @@ mod tests {
                 ("LAST_SERVED", LAST_SERVED),
                 ("JOIN", JOIN),
                 ("ROUND", ROUND),
+                ("ROUND_TIES", ROUND_TIES),
                 ("HEAD", HEAD),
                 ("DUE", DUE),
                 ("CLAIM_IDS", CLAIM_IDS),
@@ -1546,6 +1591,7 @@ mod tests {
                 ("ACK_CLAIMED_V2", ACK_CLAIMED_V2),
                 ("HEARTBEAT", HEARTBEAT),
                 ("DELIVERY", DELIVERY),
+                ("DELIVERY_V1", DELIVERY_V1),
                 ("RETRY", RETRY),
                 ("DELETE_DEAD", DELETE_DEAD),
                 ("JOB", JOB),
@@ -1589,6 +1635,11 @@ mod tests {
         let t = |s: &str| Value::Text(s.into());
         for (sql, params, index) in [
             (ROUND, vec![i(0), i(0), i(10)], "idx_groups_served"),
+            (
+                ROUND_TIES,
+                vec![i(0), i(0), i(10), i(1)],
+                "idx_groups_served",
+            ),
             (HEAD, vec![t("g")], "idx_messages_group"),
             (DUE, vec![i(0), i(0), i(10)], "idx_messages_ready"),
             (
@@ -1598,7 +1649,7 @@ mod tests {
             ),
             (LAST_SERVED, vec![], "idx_groups_served"),
             (LEAVE, vec![t("g")], "idx_messages_group"),
-            (EXPIRED, vec![i(0)], "idx_messages_expiry"),
+            (EXPIRED, vec![i(0), i(10)], "idx_messages_expiry"),
             (ANY_GROUP, vec![], "INDEX"),
             (SERVE, vec![i(1), i(1)], "INTEGER PRIMARY KEY"),
         ] {

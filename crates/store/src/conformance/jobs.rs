@@ -447,3 +447,39 @@ pub async fn jobs_groups_take_turns_one_in_flight_each(engine: &dyn Engine) {
     let job = q.job(got[0].id as u64, 201).await.unwrap().unwrap();
     assert_eq!(job.group.as_deref(), Some("H"));
 }
+
+/// Many groups sharing a place in the round, all parked behind a delayed
+/// message, do not hide a due group behind them; a message a claim sends
+/// to the dead letters takes its slot as if it had been delivered.
+pub async fn jobs_claims_look_past_parked_groups_and_count_burials(engine: &dyn Engine) {
+    let q = Queue::open(engine, "jobs-parked").await.unwrap();
+    for i in 0..40 {
+        let o = with(|o| {
+            o.group = Some(format!("parked-{i}"));
+            o.delay_ms = Some(60_000);
+        });
+        q.send_with(&text(&format!("p{i}")), &o, 0).await.unwrap();
+    }
+    q.send_with(&text("late"), &with(|o| o.group = Some("late".into())), 0)
+        .await
+        .unwrap();
+    let got = q.claim(1, Some(1_000), None, 1).await.unwrap();
+    assert_eq!(names(&got), ["late"]);
+
+    let q = Queue::open(engine, "jobs-burials").await.unwrap();
+    q.send_with(&text("A"), &with(|o| o.expires_in_ms = Some(5)), 0)
+        .await
+        .unwrap();
+    q.send(&text("B"), 0).await.unwrap();
+    q.send(&text("C"), 0).await.unwrap();
+    q.send_with(&text("g1"), &with(|o| o.group = Some("G".into())), 0)
+        .await
+        .unwrap();
+    // The lane comes first in the round: it offers A (expired) and B for
+    // the two slots; A goes to the dead letters, and the claim goes round
+    // again for the slot it took, where the lane (not yet moved) offers C.
+    let got = q.claim(2, Some(1_000), None, 10).await.unwrap();
+    assert_eq!(names(&got), ["B", "C"]);
+    let got = q.claim(2, Some(1_000), None, 11).await.unwrap();
+    assert_eq!(names(&got), ["g1"]);
+}

@@ -59,6 +59,7 @@ macro_rules! conformance_tests {
             jobs_expired_messages_end_in_the_dead_letters,
             jobs_cancel_and_fail,
             jobs_groups_take_turns_one_in_flight_each,
+            jobs_claims_look_past_parked_groups_and_count_burials,
         );
     };
     (@cases $make:path; $($case:ident),* $(,)?) => {

@@ -526,8 +526,9 @@ async fn claim_v2_on(
                 (ROUND_TIES, (floor, at.0, page, at.1)),
                 (ROUND, (floor, at.0, page, 0)),
             ] {
-                if round.len() as i64 >= page {
-                    break;
+                // Nothing ties with the start of the walk.
+                if round.len() as i64 >= page || (sql == ROUND_TIES && at.0 == -1) {
+                    continue;
                 }
                 let mut rows = if sql == ROUND {
                     query(conn, sql, (params.0, params.1, page - round.len() as i64)).await?

@@ -61,5 +61,6 @@ fn main() -> ExitCode {
         cli::Command::Run(run) => run.execute(),
         cli::Command::Compile(compile) => compile.execute(),
         cli::Command::Migrate(migrate) => migrate.execute(),
+        cli::Command::Schedules(schedules) => schedules.execute(),
     }
 }

@@ -17,5 +17,7 @@ wasmtime::component::bindgen!({
         "alk:store/stream.transaction": crate::stream::Transaction,
         "alk:store/lock.lock": crate::lock::Lock,
         "alk:store/notify.listener": crate::notify::Listener,
+        "alk:store/tx.transaction": crate::tx::Transaction,
+        "alk:store/outbox.outbox": crate::outbox::Outbox,
     },
 });

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use alk_store::lock::Locks;
+use alk_store::schedule::Schedules;
 use alk_store::stream::Streams;
 use alk_store::{AlkError, AlkResult, Clock, Engine, Limits, SystemClock};
 use alk_store_turso::{Durability, NewQueues, RetryPolicy, StoreOptions, TursoEngine};
@@ -36,6 +37,8 @@ pub struct AlkCtx {
     streams: Arc<tokio::sync::OnceCell<Streams>>,
     /// The locks, opened on first use.
     locks: Arc<tokio::sync::OnceCell<Locks>>,
+    /// The schedules, opened on first use.
+    schedules: Arc<tokio::sync::OnceCell<Schedules>>,
     /// Resources this instance holds.
     open: Arc<AtomicUsize>,
 }
@@ -48,6 +51,7 @@ impl Clone for AlkCtx {
             clock: self.clock.clone(),
             streams: self.streams.clone(),
             locks: self.locks.clone(),
+            schedules: self.schedules.clone(),
             open: Default::default(),
         }
     }
@@ -114,6 +118,14 @@ impl AlkCtx {
     pub(crate) async fn streams(&self) -> AlkResult<Streams> {
         self.streams
             .get_or_try_init(|| Streams::open(&*self.engine, self.limits.stream))
+            .await
+            .cloned()
+    }
+
+    /// The schedules, opened on first use.
+    pub(crate) async fn schedules(&self) -> AlkResult<Schedules> {
+        self.schedules
+            .get_or_try_init(|| Schedules::open(&*self.engine))
             .await
             .cloned()
     }
@@ -217,6 +229,7 @@ impl AlkCtxBuilder {
             clock: self.clock,
             streams: Default::default(),
             locks: Default::default(),
+            schedules: Default::default(),
             open: Default::default(),
         }
     }

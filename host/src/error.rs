@@ -52,6 +52,10 @@ impl From<AlkError> for crate::bindings::alk::store::types::Error {
                     message: e.to_string(),
                 })
             }
+            // Only scheduling calls fail this way, and they report it in
+            // their own error type; should another call ever meet one, the
+            // text still reaches the guest.
+            AlkError::InvalidSpec(m) | AlkError::LeadershipLost(m) => Error::InvalidArgument(m),
             AlkError::Internal(m) => {
                 // The guest sees the text; the operator sees it in the log.
                 tracing::error!(target: "alk", "internal failure reported to a guest: {m}");

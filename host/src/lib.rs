@@ -118,16 +118,30 @@ mod error;
 pub mod kv;
 pub mod lock;
 pub mod notify;
+pub mod outbox;
 pub mod queue;
 mod run;
+pub mod schedule;
 pub mod stream;
+pub mod tx;
 
+pub use alk_store::outbox::{Outbox, RunOnce};
+pub use alk_store::schedule::{RunReport, RunnerEvent, RunnerOptions, Schedules};
+pub use alk_store::tx::Tx;
 pub use alk_store::{
     AlkError, AlkResult, Clock, Engine, KvLimits, Limits, ManualClock, StreamLimits, SystemClock,
 };
 pub use alk_store_postgres::{
     PostgresEngine, PostgresOptions, is_postgres_url, redact as redact_url,
 };
+
+/// The scheduler runner's defaults.
+pub mod schedule_defaults {
+    /// How long the leadership lasts without renewal (milliseconds).
+    pub const LEADER_TTL_MS: u64 = alk_store::schedule::DEFAULT_LEADER_TTL_MS;
+    /// Most jobs one schedule sends for missed boundaries.
+    pub const CATCH_UP: u32 = alk_store::schedule::DEFAULT_CATCH_UP;
+}
 pub use alk_store_turso::queue::Migrated;
 pub use alk_store_turso::{Durability, NewQueues, RetryPolicy, TursoEngine};
 
@@ -167,6 +181,9 @@ pub fn add_to_linker_with<T: Send + 'static>(
     stream::add_interface_to_linker(linker, get)?;
     lock::add_interface_to_linker(linker, get)?;
     notify::add_interface_to_linker(linker, get)?;
+    tx::add_interface_to_linker(linker, get)?;
+    outbox::add_interface_to_linker(linker, get)?;
+    schedule::add_interface_to_linker(linker, get)?;
     Ok(())
 }
 

@@ -24,7 +24,7 @@ capability_linker!("queue", queue);
 
 impl queue::Host for AlkCtxView<'_> {}
 
-fn to_store(payload: Payload) -> store::Payload {
+pub(crate) fn to_store(payload: Payload) -> store::Payload {
     match payload {
         Payload::Json(s) => store::Payload::Json(s),
         Payload::Text(s) => store::Payload::Text(s),
@@ -39,14 +39,14 @@ fn message(d: store::Delivery) -> Message {
     }
 }
 
-fn from_store(payload: store::Payload) -> Payload {
+pub(crate) fn from_store(payload: store::Payload) -> Payload {
     match payload {
         store::Payload::Json(s) => Payload::Json(s),
         store::Payload::Text(s) => Payload::Text(s),
     }
 }
 
-fn options(o: SendOptions) -> jobs::SendOptions {
+pub(crate) fn options(o: SendOptions) -> jobs::SendOptions {
     jobs::SendOptions {
         priority: o.priority,
         delay_ms: o.delay_ms,
@@ -58,7 +58,7 @@ fn options(o: SendOptions) -> jobs::SendOptions {
     }
 }
 
-fn job(d: store::Delivery) -> Job {
+pub(crate) fn job(d: store::Delivery) -> Job {
     Job {
         id: d.id as u64,
         payload: from_store(d.payload),
@@ -70,11 +70,11 @@ fn job(d: store::Delivery) -> Job {
     }
 }
 
-fn ms(t: i64) -> u64 {
+pub(crate) fn ms(t: i64) -> u64 {
     t.max(0) as u64
 }
 
-fn info(j: jobs::JobInfo) -> JobInfo {
+pub(crate) fn info(j: jobs::JobInfo) -> JobInfo {
     JobInfo {
         id: j.id as u64,
         payload: from_store(j.payload),
@@ -93,6 +93,28 @@ fn info(j: jobs::JobInfo) -> JobInfo {
         expires_at_ms: j.expires_at.map(ms),
         last_error: j.last_error,
         died_at_ms: j.died_at.map(ms),
+    }
+}
+
+pub(crate) fn retried(r: jobs::Retried) -> Retried {
+    match r {
+        jobs::Retried::Scheduled(at) => Retried::Scheduled(ms(at)),
+        jobs::Retried::Dead => Retried::DeadLettered,
+        // Stale receipts are an error of `Queue::retry`.
+        jobs::Retried::Gone | jobs::Retried::Stale => Retried::Gone,
+    }
+}
+
+/// The WIT form of stored send options.
+pub(crate) fn wit_options(o: jobs::SendOptions) -> SendOptions {
+    SendOptions {
+        priority: o.priority,
+        delay_ms: o.delay_ms,
+        run_at_ms: o.run_at_ms,
+        max_attempts: o.max_attempts,
+        backoff_base_ms: o.backoff_base_ms,
+        expires_in_ms: o.expires_in_ms,
+        group: o.group,
     }
 }
 
@@ -296,12 +318,9 @@ impl queue::HostQueue for AlkCtxView<'_> {
     ) -> Result<Retried, CallError> {
         let now = self.ctx.now();
         let store = self.table.get(&q)?.store.clone();
-        Ok(match store.retry(&receipt, &reason, delay_ms, now).await? {
-            jobs::Retried::Scheduled(at) => Retried::Scheduled(ms(at)),
-            jobs::Retried::Dead => Retried::DeadLettered,
-            // Stale receipts are an error of `Queue::retry`.
-            jobs::Retried::Gone | jobs::Retried::Stale => Retried::Gone,
-        })
+        Ok(retried(
+            store.retry(&receipt, &reason, delay_ms, now).await?,
+        ))
     }
 
     async fn fail(

@@ -9,8 +9,9 @@ use wasmtime_wasi::p2::{DynPollable, Pollable, subscribe};
 
 use alk_store::AlkError;
 use alk_store::names::{check_identifier, check_name};
-use alk_store::stream::{self as store, StreamTx, Streams};
+use alk_store::stream::{self as store, Streams};
 use alk_store::time::wait_deadline;
+use alk_store::tx::Tx as StreamTx;
 
 use crate::bindings::alk::store::stream::{self, Event, NewEvent};
 use crate::ctx::{AlkCtxView, Slot};

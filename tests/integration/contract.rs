@@ -166,6 +166,8 @@ contracts! {
     "stream" "rust" "stream" => stream_rust_through_library, stream_rust_through_cli, stream_rust_on_the_memory_engine, stream_rust_on_postgres;
     "lock" "rust" "lock" => lock_rust_through_library, lock_rust_through_cli, lock_rust_on_the_memory_engine, lock_rust_on_postgres;
     "notify" "rust" "wake" => notify_rust_through_library, notify_rust_through_cli, notify_rust_on_the_memory_engine, notify_rust_on_postgres;
+    "tx" "rust" "stream" => tx_rust_through_library, tx_rust_through_cli, tx_rust_on_the_memory_engine, tx_rust_on_postgres;
+    "tx" "python" "stream" => tx_python_through_library, tx_python_through_cli, tx_python_on_the_memory_engine, tx_python_on_postgres;
 }
 
 /// Every guest folder under `guest/contract` has its tests above, and

@@ -5,6 +5,7 @@
 
 mod common;
 mod contract;
+mod coord;
 mod embedding;
 mod format;
 mod guest_limits;

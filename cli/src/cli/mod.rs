@@ -1,10 +1,12 @@
 //! Command-line interface of `alk-host`.
 
 mod run;
+mod schedules;
 
 use std::path::PathBuf;
 
 pub use run::{CompileCommand, MigrateCommand, RunCommand};
+pub use schedules::SchedulesCommand;
 
 /// A WebAssembly component host with durable, shared key-value storage,
 /// queues, streams, locks and notifications for its guests.
@@ -26,6 +28,8 @@ pub enum Command {
     /// Move a store file to a newer format (explicitly: files are never
     /// converted by being opened).
     Migrate(MigrateCommand),
+    /// Run the scheduler (fire the stored schedules), or list the schedules.
+    Schedules(SchedulesCommand),
 }
 
 /// Where compiled components are kept.

@@ -14,7 +14,7 @@ use alk_host::{
 use super::CacheArgs;
 
 /// Exit status when the host itself fails (bad component, unusable flag).
-const HOST_FAILURE: u8 = 2;
+pub(super) const HOST_FAILURE: u8 = 2;
 
 /// Run a command component with the alk capabilities linked.
 ///
@@ -217,7 +217,7 @@ impl RunCommand {
 
 /// The Postgres engine of `--store` (or `$ALK_STORE`); an error that says
 /// what to fix, never with the password.
-async fn connect(url: &str, durability: Durability) -> wasmtime::Result<PostgresEngine> {
+pub(super) async fn connect(url: &str, durability: Durability) -> wasmtime::Result<PostgresEngine> {
     if !alk_host::is_postgres_url(url) {
         wasmtime::bail!(
             "--store {:?} is not a postgres:// URL (for a directory on this machine, use --data-dir)",
@@ -234,7 +234,7 @@ async fn connect(url: &str, durability: Durability) -> wasmtime::Result<Postgres
 
 /// An engine error without its kind's prefix ("store busy: "), which the
 /// message itself makes clear.
-fn bare(e: AlkError) -> String {
+pub(super) fn bare(e: AlkError) -> String {
     match e {
         AlkError::Busy(m) | AlkError::InvalidArgument(m) => m,
         other => other.to_string(),
@@ -242,7 +242,7 @@ fn bare(e: AlkError) -> String {
 }
 
 /// An error and its causes on one line.
-fn one_line(e: &wasmtime::Error) -> String {
+pub(super) fn one_line(e: &wasmtime::Error) -> String {
     let text = e
         .chain()
         .map(|c| c.to_string())

@@ -2,7 +2,7 @@
 //! PostgreSQL database, so hosts on many machines share queues, streams,
 //! buckets and locks; waits are woken across machines by `LISTEN/NOTIFY`.
 //!
-//! The schema is `alk-postgres.v2` (`docs/formats/alk-postgres.v2.md`,
+//! The schema is `alk-postgres.v3` (`docs/formats/alk-postgres.v3.md`,
 //! statements in [`sql`]). [`PostgresEngine::connect`] applies its
 //! migrations at start and refuses a schema of a newer or foreign format
 //! untouched.
@@ -35,6 +35,7 @@ use tokio_postgres::NoTls;
 mod kv;
 mod lock;
 mod queue;
+mod schedule;
 pub mod sql;
 mod stream;
 mod wake;
@@ -628,6 +629,10 @@ impl Engine for PostgresEngine {
 
     async fn locks(&self) -> AlkResult<Arc<dyn LockEngine>> {
         Ok(Arc::new(lock::PgLocks::new(self.inner.clone())))
+    }
+
+    async fn schedules(&self) -> AlkResult<Arc<dyn alk_store::schedule::ScheduleEngine>> {
+        Ok(Arc::new(schedule::PgSchedules::new(self.inner.clone())))
     }
 
     fn wakes(&self) -> AlkResult<Wakes> {

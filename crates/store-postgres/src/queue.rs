@@ -27,7 +27,7 @@ use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
-use crate::{Fail, Inner, sql};
+use crate::{Clockwork, Fail, Inner, sql};
 
 /// Receipts longer than this were never issued.
 const MAX_RECEIPT_LEN: usize = 128;
@@ -104,6 +104,59 @@ async fn exec<C: GenericClient + Sync>(
 ) -> Result<u64, Fail> {
     let stmt = c.prepare_cached(sql).await?;
     Ok(c.execute(&stmt, params).await?)
+}
+
+/// Sends `payloads` to `queue` with `stamp` at `now` (host times, moved to
+/// the database's clock here) on `c` — a pooled connection or an open
+/// transaction — by [`sql::Q_SEND`] (`sql`, for the engine's schema); the
+/// new ids, in increasing order. Every send runs this: a queue's `send`,
+/// an enqueue inside a transaction, the jobs of a schedule's firing.
+pub(crate) async fn send_on<C: GenericClient + Sync>(
+    c: &C,
+    sql: &str,
+    clock: &Clockwork,
+    queue: &str,
+    payloads: &[Payload],
+    stamp: &Stamp,
+    now: i64,
+) -> Result<Vec<i64>, Fail> {
+    let now = clock.to_db(now);
+    let due = clock.to_db(stamp.due_at);
+    let expires_at = stamp.expires_at.map(|t| clock.to_db(t));
+    let count = payloads.len() as i64;
+    let kinds: Vec<&str> = payloads.iter().map(|p| p.parts().0).collect();
+    let bodies: Vec<&[u8]> = payloads.iter().map(|p| p.parts().1.as_bytes()).collect();
+    let group: Option<&[u8]> = stamp.group.as_deref().map(str::as_bytes);
+    let max_attempts: Option<i32> = stamp
+        .max_attempts
+        .map(|n| i32::try_from(n).unwrap_or(i32::MAX));
+    let base: Option<i64> = stamp
+        .backoff_base_ms
+        .map(|b| i64::try_from(b).unwrap_or(i64::MAX));
+    let found = rows(
+        c,
+        sql,
+        &[
+            &queue,
+            &count,
+            &kinds,
+            &bodies,
+            &now,
+            &group,
+            &stamp.priority,
+            &due,
+            &max_attempts,
+            &base,
+            &expires_at,
+        ],
+    )
+    .await?;
+    let mut ids = found
+        .iter()
+        .map(|r| r.try_get::<_, i64>(0).map_err(Fail::from))
+        .collect::<Result<Vec<i64>, Fail>>()?;
+    ids.sort_unstable();
+    Ok(ids)
 }
 
 /// What a message's row says about its current delivery and retries.
@@ -557,54 +610,12 @@ impl PgQueue {
 #[async_trait]
 impl QueueEngine for PgQueue {
     async fn send(&self, payloads: &[Payload], stamp: &Stamp, now: i64) -> AlkResult<Vec<i64>> {
-        let clock = &self.inner.clock;
-        let now = clock.to_db(now);
-        let due = clock.to_db(stamp.due_at);
-        let expires_at = stamp.expires_at.map(|t| clock.to_db(t));
-        let count = payloads.len() as i64;
-        let kinds: Vec<&str> = payloads.iter().map(|p| p.parts().0).collect();
-        let bodies: Vec<&[u8]> = payloads.iter().map(|p| p.parts().1.as_bytes()).collect();
-        let group: Option<&[u8]> = stamp.group.as_deref().map(str::as_bytes);
-        let max_attempts: Option<i32> = stamp
-            .max_attempts
-            .map(|n| i32::try_from(n).unwrap_or(i32::MAX));
-        let base: Option<i64> = stamp
-            .backoff_base_ms
-            .map(|b| i64::try_from(b).unwrap_or(i64::MAX));
-        let (queue, send, kinds, bodies) = (&self.name, &self.sql.send, &kinds, &bodies);
-        let (group, max_attempts, base) = (&group, &max_attempts, &base);
-        let priority = &stamp.priority;
-        let mut ids = self
-            .inner
+        let (queue, sql, clock) = (&self.name, &self.sql.send, &*self.inner.clock);
+        self.inner
             .run(|c| {
-                Box::pin(async move {
-                    let found = rows(
-                        &c,
-                        send,
-                        &[
-                            queue,
-                            &count,
-                            kinds,
-                            bodies,
-                            &now,
-                            group,
-                            priority,
-                            &due,
-                            max_attempts,
-                            base,
-                            &expires_at,
-                        ],
-                    )
-                    .await?;
-                    found
-                        .iter()
-                        .map(|r| r.try_get::<_, i64>(0).map_err(Fail::from))
-                        .collect::<Result<Vec<i64>, Fail>>()
-                })
+                Box::pin(async move { send_on(&c, sql, clock, queue, payloads, stamp, now).await })
             })
-            .await?;
-        ids.sort_unstable();
-        Ok(ids)
+            .await
     }
 
     async fn claim(

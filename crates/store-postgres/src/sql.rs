@@ -1,5 +1,5 @@
-//! `alk-postgres.v2`: the schema and every statement of the database
-//! engine, defined here once and pinned by `docs/formats/alk-postgres.v2.md`
+//! `alk-postgres.v3`: the schema and every statement of the database
+//! engine, defined here once and pinned by `docs/formats/alk-postgres.v3.md`
 //! (a test checks that the document carries the same text).
 //!
 //! Statements name their tables `alk.<table>`; an engine configured with
@@ -12,10 +12,10 @@ pub const FORMAT: &str = "alk-postgres";
 
 /// The newest schema version this engine knows (the `version` row of
 /// `meta`). A schema at a higher version is refused untouched.
-pub const VERSION: i64 = 2;
+pub const VERSION: i64 = 3;
 
 /// The format and version, as reported in errors.
-pub const SUPPORTED: &str = "alk-postgres.v2";
+pub const SUPPORTED: &str = "alk-postgres.v3";
 
 /// Version 1: every table, then the marker.
 pub const V1: &str = r#"CREATE TABLE alk.meta (
@@ -121,9 +121,29 @@ CREATE TABLE alk.dead (
 );
 "#;
 
+/// Version 3, from version 2: the schedules, one row each, with every send
+/// option in its own column (NULL: not given). Nothing else changes.
+pub const V3: &str = r#"CREATE TABLE alk.schedules (
+    name            text COLLATE "C" PRIMARY KEY,
+    spec            text NOT NULL,
+    every_ms        bigint NOT NULL CHECK (every_ms > 0),
+    queue           text COLLATE "C" NOT NULL,
+    payload_type    text NOT NULL CHECK (payload_type IN ('json', 'text')),
+    payload_data    bytea NOT NULL,
+    priority        integer,
+    delay_ms        bigint,
+    run_at_ms       bigint,
+    max_attempts    bigint,
+    backoff_base_ms bigint,
+    expires_in_ms   bigint,
+    group_key       bytea,
+    next_due        bigint NOT NULL
+);
+"#;
+
 /// The migrations, in order: entry `i` brings a schema from version `i` to
 /// version `i + 1` (entry 0 creates version 1 in an empty schema).
-pub const MIGRATIONS: &[&str] = &[V1, V2];
+pub const MIGRATIONS: &[&str] = &[V1, V2, V3];
 
 /// Serializes engines starting on one schema (`$1` = `alk-migrate:<schema>`)
 /// for the rest of the migration transaction.
@@ -403,6 +423,34 @@ WHERE name = $1 AND owner = $2 AND token = $3 AND expires_at > $4";
 pub const L_HOLDER: &str = "SELECT owner, expires_at, token FROM alk.locks \
 WHERE name = $1 AND owner IS NOT NULL AND expires_at > $2";
 
+/// Creates schedule `$1`, or replaces every column of the one of that name:
+/// spec `$2`, interval `$3`, queue `$4`, payload kind `$5` and body `$6`,
+/// the send options priority `$7`, delay `$8`, run-at `$9`, attempt limit
+/// `$10`, backoff base `$11`, expiry `$12`, group `$13` (each NULL when not
+/// given), and the next boundary `$14`.
+pub const SC_PUT: &str = "INSERT INTO alk.schedules (name, spec, every_ms, queue, payload_type, payload_data, \
+priority, delay_ms, run_at_ms, max_attempts, backoff_base_ms, expires_in_ms, group_key, next_due) \
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) ON CONFLICT (name) DO UPDATE SET \
+spec = EXCLUDED.spec, every_ms = EXCLUDED.every_ms, queue = EXCLUDED.queue, payload_type = EXCLUDED.payload_type, \
+payload_data = EXCLUDED.payload_data, priority = EXCLUDED.priority, delay_ms = EXCLUDED.delay_ms, \
+run_at_ms = EXCLUDED.run_at_ms, max_attempts = EXCLUDED.max_attempts, backoff_base_ms = EXCLUDED.backoff_base_ms, \
+expires_in_ms = EXCLUDED.expires_in_ms, group_key = EXCLUDED.group_key, next_due = EXCLUDED.next_due";
+/// Deletes a schedule.
+pub const SC_REMOVE: &str = "DELETE FROM alk.schedules WHERE name = $1";
+/// One schedule (columns in the order of the table).
+pub const SC_GET: &str = "SELECT name, spec, every_ms, queue, payload_type, payload_data, priority, delay_ms, \
+run_at_ms, max_attempts, backoff_base_ms, expires_in_ms, group_key, next_due FROM alk.schedules WHERE name = $1";
+/// Every schedule, in the byte order of their names (columns as
+/// [`SC_GET`]'s).
+pub const SC_LIST: &str = "SELECT name, spec, every_ms, queue, payload_type, payload_data, priority, delay_ms, \
+run_at_ms, max_attempts, backoff_base_ms, expires_in_ms, group_key, next_due FROM alk.schedules ORDER BY name";
+/// Moves schedule `$1` from boundary `$2` to `$3`, only while `$2` is its
+/// next boundary; its queue and payload when it did. The row stays locked
+/// until the firing transaction ends, so a racing firing of the same
+/// boundary waits, then finds the boundary moved and changes nothing.
+pub const SC_FIRE: &str = "UPDATE alk.schedules SET next_due = $3 WHERE name = $1 AND next_due = $2 \
+RETURNING queue, payload_type, payload_data";
+
 /// Wakes other hosts: one notification per topic `$2` on channel `$1`.
 pub const NOTIFY: &str = "SELECT pg_notify($1, t) FROM unnest($2::text[]) AS t";
 
@@ -462,6 +510,11 @@ pub const STATEMENTS: &[(&str, &str)] = &[
     ("L_RENEW", L_RENEW),
     ("L_RELEASE", L_RELEASE),
     ("L_HOLDER", L_HOLDER),
+    ("SC_PUT", SC_PUT),
+    ("SC_REMOVE", SC_REMOVE),
+    ("SC_GET", SC_GET),
+    ("SC_LIST", SC_LIST),
+    ("SC_FIRE", SC_FIRE),
     ("NOTIFY", NOTIFY),
 ];
 
@@ -632,7 +685,7 @@ impl Sql {
 mod tests {
     use super::*;
 
-    const DOC: &str = include_str!("../../../docs/formats/alk-postgres.v2.md");
+    const DOC: &str = include_str!("../../../docs/formats/alk-postgres.v3.md");
 
     fn squash(s: &str) -> String {
         s.split_whitespace().collect::<Vec<_>>().join(" ")
@@ -645,6 +698,10 @@ mod tests {
         assert!(
             doc.contains(&squash(V2)),
             "the document lacks the v2 migration"
+        );
+        assert!(
+            doc.contains(&squash(V3)),
+            "the document lacks the v3 migration"
         );
         for (name, sql) in STATEMENTS {
             assert!(

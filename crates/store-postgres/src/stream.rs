@@ -1,12 +1,16 @@
 //! Streams: rows of `events`, offsets from the stream's row in `streams`
 //! (locked until commit, so offsets of one stream become visible in order),
 //! consumer offsets in `consumer_offsets`; transactions on one pooled
-//! connection.
+//! connection, which also carry sends to queues (by the queue store's own
+//! send statement, so the jobs commit or roll back with the events and
+//! offsets).
 
 use std::sync::Arc;
 
+use alk_store::jobs::Stamp;
 use alk_store::limits::page;
-use alk_store::stream::{Event, StreamEngine, StreamTxEngine, TxFailure};
+use alk_store::queue::Payload;
+use alk_store::stream::{Event, StreamEngine, TxEngine, TxFailure};
 use alk_store::{AlkError, AlkResult};
 use async_trait::async_trait;
 use deadpool_postgres::GenericClient;
@@ -22,6 +26,8 @@ struct Statements {
     save: String,
     get_offset: String,
     trim: String,
+    /// The queue store's send, for sends inside a transaction.
+    send: String,
 }
 
 /// The streams of a schema.
@@ -40,6 +46,7 @@ impl PgStreams {
             save: s.get(sql::S_SAVE),
             get_offset: s.get(sql::S_GET_OFFSET),
             trim: s.get(sql::S_TRIM),
+            send: s.get(sql::Q_SEND),
         });
         PgStreams { inner, sql }
     }
@@ -223,7 +230,7 @@ impl StreamEngine for PgStreams {
             .await
     }
 
-    async fn begin(&self) -> AlkResult<Box<dyn StreamTxEngine>> {
+    async fn begin(&self) -> AlkResult<Box<dyn TxEngine>> {
         let conn = self.inner.conn().await?;
         let key = format!("alk-stream-tx:{}", self.inner.sql.schema());
         let started = async {
@@ -264,23 +271,26 @@ impl PgTx {
     /// Ends the transaction after a failed statement (closing the
     /// connection rolls it back) and says why.
     fn failed(&mut self, e: tokio_postgres::Error) -> TxFailure {
+        self.abandon();
+        TxFailure::Failed(format!("postgres: {}", describe_pg(&e)))
+    }
+
+    /// Closes the connection, which makes the server roll back.
+    fn abandon(&mut self) {
         if let Some(conn) = self.conn.take() {
             drop(Object::take(conn));
         }
-        TxFailure::Failed(format!("postgres: {}", describe_pg(&e)))
     }
 }
 
 impl Drop for PgTx {
     fn drop(&mut self) {
-        if let Some(conn) = self.conn.take() {
-            drop(Object::take(conn));
-        }
+        self.abandon();
     }
 }
 
 #[async_trait]
-impl StreamTxEngine for PgTx {
+impl TxEngine for PgTx {
     async fn publish(
         &mut self,
         stream: &str,
@@ -316,6 +326,30 @@ impl StreamTxEngine for PgTx {
             Ok(Ok(())) => Ok(()),
             Ok(Err(refused)) => Err(TxFailure::Refused(refused)),
             Err(e) => Err(self.failed(e)),
+        }
+    }
+
+    async fn enqueue(
+        &mut self,
+        queue: &str,
+        payloads: &[Payload],
+        stamp: &Stamp,
+        now: i64,
+    ) -> Result<(), TxFailure> {
+        // Everything was checked by the core: nothing is refused here, and
+        // a failed statement has already aborted the server's transaction.
+        let result = {
+            let conn = self.conn()?;
+            let clock = &*self.inner.clock;
+            crate::queue::send_on(conn, &self.sql.send, clock, queue, payloads, stamp, now).await
+        };
+        match result {
+            Ok(_) => Ok(()),
+            Err(Fail::Pg(e)) => Err(self.failed(e)),
+            Err(Fail::Alk(e)) => {
+                self.abandon();
+                Err(TxFailure::Failed(e.to_string()))
+            }
         }
     }
 

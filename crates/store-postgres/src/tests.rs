@@ -17,6 +17,8 @@ use alk_store::{AlkError, Engine};
 
 use crate::{PostgresEngine, PostgresOptions};
 
+mod coord;
+
 /// A schema no other test uses.
 fn fresh_schema() -> String {
     format!("t_{}", &uuid::Uuid::new_v4().simple().to_string()[..16])
@@ -75,7 +77,7 @@ async fn a_new_schema_gets_the_marker_and_a_second_engine_shares_it() {
         meta,
         [
             ("format".into(), "alk-postgres".into()),
-            ("version".into(), "2".into())
+            ("version".into(), "3".into())
         ]
     );
     let kv_a = Bucket::open(&a, "shared", KvLimits::default())
@@ -127,7 +129,7 @@ async fn newer_and_foreign_schemas_are_refused_untouched() {
         (
             "newer",
             "CREATE TABLE {s}.meta (key text PRIMARY KEY, value text NOT NULL); \
-                   INSERT INTO {s}.meta VALUES ('format', 'alk-postgres'), ('version', '3')"
+                   INSERT INTO {s}.meta VALUES ('format', 'alk-postgres'), ('version', '4')"
                 .into(),
         ),
         (
@@ -165,7 +167,7 @@ async fn newer_and_foreign_schemas_are_refused_untouched() {
             Err(AlkError::StoreSetup {
                 supported, message, ..
             }) => {
-                assert_eq!(supported, "alk-postgres.v2", "{what}");
+                assert_eq!(supported, "alk-postgres.v3", "{what}");
                 assert!(
                     message.contains("schema") || message.contains("newer"),
                     "{what}: {message}"
@@ -184,8 +186,8 @@ async fn newer_and_foreign_schemas_are_refused_untouched() {
     engine(&schema).await;
 }
 
-/// A version-1 schema with a message in flight is brought to version 2 in
-/// place: ids, attempts and receipts are kept (the receipt of the delivery
+/// A version-1 schema with a message in flight is brought to version 2 (and
+/// on to the newest) in place: ids, attempts and receipts are kept (the receipt of the delivery
 /// under way still acknowledges it), the counter goes on, and the
 /// messages keep their claim order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -221,7 +223,7 @@ async fn a_version_1_schema_migrates_in_place_keeping_messages_and_receipts() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(version, "2");
+    assert_eq!(version, "3");
     let q = Queue::open(&e, "old").await.unwrap();
     let first = q.job(1, 1_000).await.unwrap().unwrap();
     assert_eq!(
@@ -256,7 +258,7 @@ async fn a_version_1_schema_migrates_in_place_keeping_messages_and_receipts() {
     assert_eq!(got.iter().map(|d| d.id).collect::<Vec<_>>(), [4]);
     assert!(q.fail(&got[0].receipt, "no", 2_001).await.unwrap());
     assert_eq!(q.dead_letters(None, 10, 2_002).await.unwrap().len(), 1);
-    // A second start finds version 2 and changes nothing.
+    // A second start finds the newest version and changes nothing.
     drop(engine(&schema).await);
     assert_eq!(
         q.job(4, 2_003).await.unwrap().unwrap().state,

@@ -34,6 +34,7 @@ pub static FORMAT: Format = Format {
     marker: "localkv.v1",
     ddl: DDL,
     also: &[],
+    upgrades: &[],
 };
 
 /// Reads a key.

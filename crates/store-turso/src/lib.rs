@@ -5,8 +5,10 @@
 //! processes share them safely:
 //!
 //! - `kv/<bucket>/localkv.sqlite` — [`kv`], format `localkv.v1`;
-//! - `queue/<name>/localqueue.sqlite` — [`queue`], format `localqueue.v1`;
-//! - `stream/localstream.sqlite` — [`stream`], format `localstream.v1`;
+//! - `queue/<name>/localqueue.sqlite` — [`queue`], format `localqueue.v2`
+//!   (or `localqueue.v1`);
+//! - `stream/localstream.sqlite` — [`stream`], format `localstream.v2`
+//!   (streams, transactions and their relay to queues, schedules);
 //! - `lock/locallock.sqlite` — [`lock`], format `locallock.v1`;
 //! - `wake/` — the files that carry wakes between processes
 //!   ([`wake_file`]).
@@ -34,6 +36,7 @@ use std::sync::Arc;
 use alk_store::kv::KvEngine;
 use alk_store::lock::LockEngine;
 use alk_store::queue::QueueEngine;
+use alk_store::schedule::ScheduleEngine;
 use alk_store::stream::StreamEngine;
 use alk_store::wake::Wakes;
 use alk_store::{AlkError, AlkResult, Engine};
@@ -46,6 +49,7 @@ pub use retry::RetryPolicy;
 pub struct TursoEngine {
     data_dir: PathBuf,
     options: StoreOptions,
+    queues: Arc<queue::Queues>,
     streams: tokio::sync::OnceCell<Arc<stream::StreamStore>>,
     locks: tokio::sync::OnceCell<Arc<lock::LockStore>>,
 }
@@ -62,9 +66,11 @@ impl TursoEngine {
     /// The engine on `data_dir` (created on first use of a store, not
     /// before).
     pub fn new(data_dir: impl Into<PathBuf>, options: impl Into<StoreOptions>) -> TursoEngine {
+        let (data_dir, options) = (data_dir.into(), options.into());
         TursoEngine {
-            data_dir: data_dir.into(),
-            options: options.into(),
+            queues: Arc::new(queue::Queues::new(&data_dir, options)),
+            data_dir,
+            options,
             streams: Default::default(),
             locks: Default::default(),
         }
@@ -73,6 +79,26 @@ impl TursoEngine {
     /// The data directory.
     pub fn data_dir(&self) -> &Path {
         &self.data_dir
+    }
+
+    /// The stream store, opened (and its pending relays done, its
+    /// background relayer started) at first use.
+    async fn stream_store(&self) -> AlkResult<Arc<stream::StreamStore>> {
+        let s = self
+            .streams
+            .get_or_try_init(|| async {
+                Ok::<_, AlkError>(Arc::new(
+                    stream::StreamStore::open_with(
+                        &self.data_dir,
+                        self.options,
+                        self.queues.clone(),
+                        true,
+                    )
+                    .await?,
+                ))
+            })
+            .await?;
+        Ok(s.clone())
     }
 }
 
@@ -85,21 +111,11 @@ impl Engine for TursoEngine {
     }
 
     async fn queue(&self, name: &str) -> AlkResult<Arc<dyn QueueEngine>> {
-        Ok(Arc::new(
-            queue::QueueStore::open(&self.data_dir, name, self.options).await?,
-        ))
+        Ok(Arc::new(self.queues.get(name).await?))
     }
 
     async fn streams(&self) -> AlkResult<Arc<dyn StreamEngine>> {
-        let s = self
-            .streams
-            .get_or_try_init(|| async {
-                Ok::<_, AlkError>(Arc::new(
-                    stream::StreamStore::open(&self.data_dir, self.options).await?,
-                ))
-            })
-            .await?;
-        Ok(s.clone())
+        Ok(self.stream_store().await?)
     }
 
     async fn locks(&self) -> AlkResult<Arc<dyn LockEngine>> {
@@ -112,6 +128,10 @@ impl Engine for TursoEngine {
             })
             .await?;
         Ok(l.clone())
+    }
+
+    async fn schedules(&self) -> AlkResult<Arc<dyn ScheduleEngine>> {
+        Ok(self.stream_store().await?)
     }
 
     fn wakes(&self) -> AlkResult<Wakes> {

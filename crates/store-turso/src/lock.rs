@@ -36,6 +36,7 @@ pub static FORMAT: Format = Format {
     marker: "locallock.v1",
     ddl: DDL,
     also: &[],
+    upgrades: &[],
 };
 
 /// Acquires a lock that is new, released or expired, in one statement; a

@@ -85,8 +85,21 @@ pub struct Format {
     /// its `CREATE … IF NOT EXISTS` statements when an object is missing).
     pub ddl: &'static str,
     /// Other formats of the same store that are opened and used as they
-    /// are (a file is never converted by opening it).
+    /// are (such a file is never converted by opening it).
     pub also: &'static [&'static Format],
+    /// Older formats of the same store that a file is upgraded from, in
+    /// place, when it is opened (only for formats no other program reads).
+    pub upgrades: &'static [Upgrade],
+}
+
+/// How a file of an older format becomes a file of a newer one.
+#[derive(Debug)]
+pub struct Upgrade {
+    /// The older format.
+    pub from: &'static Format,
+    /// What turns a complete file of `from` into one of the newer format,
+    /// run in one `BEGIN IMMEDIATE` transaction with the marker check.
+    pub script: &'static str,
 }
 
 impl Format {
@@ -127,14 +140,29 @@ impl Format {
             .collect()
     }
 
+    /// The upgrade of a file carrying `marker` to this format, if there is
+    /// one.
+    pub fn upgrade_from(&'static self, marker: &str) -> Option<&'static Upgrade> {
+        self.upgrades.iter().find(|u| u.from.marker == marker)
+    }
+
     /// Why a file of another format is refused, naming the formats this one
     /// opens.
     fn refusal(&self) -> String {
         let also: Vec<&str> = self.also.iter().map(|f| f.marker).collect();
-        let opens = if also.is_empty() {
-            String::new()
-        } else {
-            format!(" (it also opens {} files)", also.join(", "))
+        let upgrades: Vec<&str> = self.upgrades.iter().map(|u| u.from.marker).collect();
+        let opens = match (also.is_empty(), upgrades.is_empty()) {
+            (true, true) => String::new(),
+            (false, true) => format!(" (it also opens {} files)", also.join(", ")),
+            (true, false) => format!(
+                " (it also opens {} files, which it upgrades)",
+                upgrades.join(", ")
+            ),
+            (false, false) => format!(
+                " (it also opens {} files, and {} files, which it upgrades)",
+                also.join(", "),
+                upgrades.join(", ")
+            ),
         };
         format!(
             "the file was left untouched{opens}; use a data directory of the matching alk version"
@@ -731,7 +759,11 @@ impl Store {
         };
         match contents {
             Contents::Fresh => Ok(()),
-            Contents::Marker(m) if format.accepts(&m).is_some() => Ok(()),
+            Contents::Marker(m)
+                if format.accepts(&m).is_some() || format.upgrade_from(&m).is_some() =>
+            {
+                Ok(())
+            }
             Contents::Marker(m) => Err(setup_err(Some(m), format.refusal())),
             Contents::Foreign(tables) => Err(setup_err(
                 None,
@@ -1098,6 +1130,7 @@ async fn create_schema(conn: &Connection, format: &'static Format) -> Result<Fou
     drop(rows);
     let mut script = format.ddl.to_string();
     let mut found = format;
+    let mut upgrading: Option<&'static Upgrade> = None;
     if present.iter().any(|n| n == "meta") {
         let mut rows = conn
             .query("SELECT value FROM meta WHERE key = 'format'", ())
@@ -1108,17 +1141,58 @@ async fn create_schema(conn: &Connection, format: &'static Format) -> Result<Fou
         }
         drop(rows);
         if let Some(m) = marker {
-            let Some(f) = format.accepts(&m) else {
+            if let Some(f) = format.accepts(&m) {
+                if f.objects().all(|o| present.iter().any(|p| p == o)) {
+                    return Ok(Found::Format(f));
+                }
+                found = f;
+                script = f.repair();
+            } else if let Some(up) = format.upgrade_from(&m) {
+                // An older format: completed (its own repair) and upgraded,
+                // in the transaction below.
+                upgrading = Some(up);
+                script = format!("{}{}", up.from.repair(), up.script);
+            } else {
                 return Ok(Found::Other(m));
-            };
-            if f.objects().all(|o| present.iter().any(|p| p == o)) {
-                return Ok(Found::Format(f));
             }
-            found = f;
-            script = f.repair();
         }
     }
     conn.execute("BEGIN IMMEDIATE", ()).await?;
+    if let Some(up) = upgrading {
+        // The marker again, now under the write lock: a process that opened
+        // the store before this one took the open lock cannot have changed
+        // it, but a writer that is not an alk host could have.
+        let reread = async {
+            let mut rows = conn
+                .query("SELECT value FROM meta WHERE key = 'format'", ())
+                .await?;
+            let mut marker = None;
+            while let Some(row) = rows.next().await? {
+                marker = row.get_value(0)?.as_text().cloned();
+            }
+            Ok::<_, turso::Error>(marker)
+        }
+        .await;
+        let m = match reread {
+            Ok(marker) => marker.unwrap_or_default(),
+            Err(e) => {
+                if let Err(r) = conn.execute("ROLLBACK", ()).await {
+                    tracing::warn!(target: "alk", "rollback of a failed upgrade failed: {r}");
+                }
+                return Err(e);
+            }
+        };
+        if m != up.from.marker {
+            if let Some(f) = format.accepts(&m) {
+                // Upgraded meanwhile: only completed.
+                found = f;
+                script = f.repair();
+            } else {
+                conn.execute("ROLLBACK", ()).await?;
+                return Ok(Found::Other(m));
+            }
+        }
+    }
     match conn.execute_batch(&script).await {
         Ok(()) => conn
             .execute("COMMIT", ())
@@ -1144,6 +1218,7 @@ mod tests {
               CREATE TABLE IF NOT EXISTS t (x INTEGER);\n\
               CREATE INDEX IF NOT EXISTS idx_t ON t (x);",
         also: &[],
+        upgrades: &[],
     };
 
     #[test]

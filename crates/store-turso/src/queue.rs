@@ -105,6 +105,7 @@ pub static FORMAT: Format = Format {
     marker: "localqueue.v1",
     ddl: DDL,
     also: &[],
+    upgrades: &[],
 };
 
 /// The `localqueue.v2` format, alone.
@@ -112,6 +113,7 @@ pub static FORMAT_V2: Format = Format {
     marker: "localqueue.v2",
     ddl: DDL_V2,
     also: &[],
+    upgrades: &[],
 };
 
 /// Queues whose new files are `localqueue.v2`; v1 files are used as they
@@ -120,6 +122,7 @@ pub static NEW_V2: Format = Format {
     marker: "localqueue.v2",
     ddl: DDL_V2,
     also: &[&FORMAT],
+    upgrades: &[],
 };
 
 /// Queues whose new files are `localqueue.v1` (for a data directory shared
@@ -128,6 +131,7 @@ pub static NEW_V1: Format = Format {
     marker: "localqueue.v1",
     ddl: DDL,
     also: &[&FORMAT_V2],
+    upgrades: &[],
 };
 
 /// Appends a message, due at once.
@@ -257,6 +261,13 @@ pub const PURGE_GROUPS: &str = "DELETE FROM message_groups WHERE group_key <> ''
 pub const PURGE_DEAD: &str = "DELETE FROM dead_letters";
 /// Whether the queue has any group (the lane's key `''` sorts first).
 pub const ANY_GROUP: &str = "SELECT id FROM message_groups WHERE group_key > '' LIMIT 1";
+
+/// The highest relay id of stream store `?1` (the key `relayed:<store_id>`)
+/// already applied to this queue (see `localstream.v2`).
+pub const RELAYED: &str = "SELECT value FROM meta WHERE key = ?1";
+/// Records the highest relay id applied from a stream store.
+pub const SET_RELAYED: &str = "INSERT INTO meta (key, value) VALUES (?1, ?2) \
+ON CONFLICT(key) DO UPDATE SET value = excluded.value";
 
 /// The most participants of the round one claim looks at, and the most
 /// messages it moves to the dead letters: what one claim may cost while it
@@ -691,13 +702,117 @@ async fn claim_v2_on(
     Ok(out)
 }
 
+/// One message sent by a committed transaction of a stream store (a row of
+/// its `relay` table), to be applied to this queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Relayed {
+    /// The relay row's id: increasing in commit order, never reused.
+    pub id: i64,
+    /// The message.
+    pub payload: Payload,
+    /// Its options, resolved when it was sent.
+    pub stamp: Stamp,
+    /// When it was sent.
+    pub created_at: i64,
+}
+
+/// Appends a message with its options (`localqueue.v2`), its group joining
+/// the round first; its id.
+async fn send_v2_on(
+    conn: &Connection,
+    payload: &Payload,
+    stamp: &Stamp,
+    now: i64,
+    join: bool,
+) -> Result<i64, Failure> {
+    if join && let Some(g) = &stamp.group {
+        join_on(conn, g, i64::from(stamp.priority)).await?;
+    }
+    let (kind, data) = payload.parts();
+    exec(
+        conn,
+        SEND_V2,
+        (
+            kind,
+            data,
+            now,
+            stamp.due_at,
+            i64::from(stamp.priority),
+            stamp.group.as_deref(),
+            stamp.max_attempts.map(i64::from),
+            stamp.backoff_base_ms.map(|b| b as i64),
+            stamp.expires_at,
+        ),
+    )
+    .await?;
+    Ok(conn.last_insert_rowid())
+}
+
 /// Builds the error of a job option used on a `localqueue.v1` file.
-fn needs_v2(store: &Store, name: &str, what: &str) -> AlkError {
+pub(crate) fn needs_v2(store: &Store, name: &str, what: &str) -> AlkError {
     AlkError::InvalidArgument(format!(
         "queue {name} is stored as localqueue.v1 ({}), which has no {what}; migrate it to localqueue.v2 \
          with `alk-host migrate queue {name}` (with every process using it stopped), or use a new queue",
         store.path().display()
     ))
+}
+
+/// Most queue names [`Queues`] remembers; past it, it starts over.
+const MAX_CACHED_QUEUES: usize = 1024;
+
+/// The queues of one data directory an engine has used, by name. A
+/// [`QueueStore`] only names its file (it holds no database open), so this
+/// costs a few bytes per queue and saves repeating the open's directory and
+/// marker work for every handle a guest opens, and for every relay.
+#[derive(Debug)]
+pub(crate) struct Queues {
+    data_dir: PathBuf,
+    options: StoreOptions,
+    known: std::sync::Mutex<std::collections::HashMap<String, QueueStore>>,
+}
+
+impl Queues {
+    /// The queues under `data_dir`, new files made as `options` says.
+    pub(crate) fn new(data_dir: &Path, options: StoreOptions) -> Queues {
+        Queues {
+            data_dir: data_dir.to_path_buf(),
+            options,
+            known: Default::default(),
+        }
+    }
+
+    /// Queue `name` (a checked name, maybe reserved), opened (and created
+    /// on first use) unless known. An outbox's backing queue is always made
+    /// as `localqueue.v2` (transactional sends need it), whatever the
+    /// engine makes other new queues as.
+    pub(crate) async fn get(&self, name: &str) -> AlkResult<QueueStore> {
+        let known = self
+            .known
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .cloned();
+        // A file removed behind the engine's back is opened (made) anew.
+        if let Some(q) = known
+            && q.path().exists()
+        {
+            return Ok(q);
+        }
+        let mut options = self.options;
+        if name
+            .strip_prefix(alk_store::names::RESERVED_PREFIX)
+            .is_some_and(|rest| rest.starts_with("outbox_"))
+        {
+            options.new_queues = NewQueues::V2;
+        }
+        let q = QueueStore::open(&self.data_dir, name, options).await?;
+        let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+        if known.len() >= MAX_CACHED_QUEUES {
+            known.clear();
+        }
+        known.insert(name.to_string(), q.clone());
+        Ok(q)
+    }
 }
 
 impl QueueStore {
@@ -785,12 +900,20 @@ impl QueueStore {
         self.store.path()
     }
 
+    /// The store (tests).
+    #[cfg(test)]
+    pub(crate) fn store(&self) -> &Store {
+        &self.store
+    }
+
     /// Whether the file is `localqueue.v2`.
     pub async fn is_v2(&self) -> AlkResult<bool> {
         Ok(self.store.file_format().await?.marker == FORMAT_V2.marker)
     }
 
-    async fn require_v2(&self, what: &str) -> AlkResult<()> {
+    /// Refuses (`invalid-argument`, naming the migration) unless the file
+    /// is `localqueue.v2`; `what` is what v1 lacks.
+    pub(crate) async fn require_v2(&self, what: &str) -> AlkResult<()> {
         if self.is_v2().await? {
             Ok(())
         } else {
@@ -813,6 +936,56 @@ impl QueueStore {
         self.store
             .run_immediate(|conn: Connection| {
                 Box::pin(async move { settle_on(&conn, sql, id, uuid, now).await })
+            })
+            .await
+    }
+
+    /// Applies the messages of `rows` (relay rows of the stream store
+    /// `source`, by increasing id) that this queue has not received yet, in
+    /// one transaction that also records the highest id applied under the
+    /// meta key `relayed:<source>`: rows at or below the recorded id were
+    /// applied before and are skipped, so a relay that is repeated (its
+    /// rows were not deleted) applies nothing twice. The number of
+    /// messages inserted. Refused on a `localqueue.v1` file.
+    pub(crate) async fn relay(&self, source: &str, rows: &[Relayed]) -> AlkResult<u64> {
+        if rows.is_empty() {
+            return Ok(0);
+        }
+        self.require_v2("transactional or scheduled sends").await?;
+        let key = format!("relayed:{source}");
+        let (key, path) = (key.as_str(), self.store.path());
+        self.store
+            .run_immediate(|conn: Connection| {
+                Box::pin(async move {
+                    let mut found = query(&conn, RELAYED, (key,)).await?;
+                    let mut mark = 0i64;
+                    while let Some(row) = found.next().await? {
+                        let value = row.get_value(0)?;
+                        mark = match &value {
+                            Value::Integer(n) => Some(*n),
+                            Value::Text(t) => t.parse::<i64>().ok(),
+                            _ => None,
+                        }
+                        .ok_or_else(|| {
+                            Failure::Alk(AlkError::Internal(format!(
+                                "{}: the meta row {key:?} holds {value:?}, which is not a relay id; the store is corrupt",
+                                path.display()
+                            )))
+                        })?;
+                    }
+                    drop(found);
+                    let mut top = mark;
+                    let mut inserted = 0u64;
+                    for r in rows.iter().filter(|r| r.id > mark) {
+                        send_v2_on(&conn, &r.payload, &r.stamp, r.created_at, true).await?;
+                        inserted += 1;
+                        top = top.max(r.id);
+                    }
+                    if top > mark {
+                        exec(&conn, SET_RELAYED, (key, top.to_string())).await?;
+                    }
+                    Ok(inserted)
+                })
             })
             .await
     }
@@ -854,33 +1027,16 @@ impl QueueEngine for QueueStore {
         let one = payloads.len() == 1 && stamp.group.is_none();
         let op = |conn: Connection| -> crate::retry::OpFuture<'_, Vec<i64>> {
             Box::pin(async move {
-                if let Some(g) = &stamp.group {
-                    join_on(&conn, g, i64::from(stamp.priority)).await?;
-                }
                 let mut ids = Vec::with_capacity(payloads.len());
-                for p in payloads {
-                    let (kind, data) = p.parts();
+                for (i, p) in payloads.iter().enumerate() {
                     if v2 {
-                        exec(
-                            &conn,
-                            SEND_V2,
-                            (
-                                kind,
-                                data,
-                                now,
-                                stamp.due_at,
-                                i64::from(stamp.priority),
-                                stamp.group.as_deref(),
-                                stamp.max_attempts.map(i64::from),
-                                stamp.backoff_base_ms.map(|b| b as i64),
-                                stamp.expires_at,
-                            ),
-                        )
-                        .await?;
+                        // The group joins once per send.
+                        ids.push(send_v2_on(&conn, p, stamp, now, i == 0).await?);
                     } else {
+                        let (kind, data) = p.parts();
                         exec(&conn, SEND, (kind, data, now)).await?;
+                        ids.push(conn.last_insert_rowid());
                     }
-                    ids.push(conn.last_insert_rowid());
                 }
                 Ok(ids)
             })
@@ -1497,6 +1653,7 @@ mod tests {
                   CREATE TABLE IF NOT EXISTS messages (id INTEGER PRIMARY KEY AUTOINCREMENT, payload_type TEXT NOT NULL, payload_data TEXT NOT NULL, enqueued_at INTEGER NOT NULL, visible_at INTEGER NOT NULL, attempt INTEGER NOT NULL DEFAULT 0, receipt_handle TEXT);\n\
                   CREATE INDEX IF NOT EXISTS idx_messages_visible ON messages (visible_at, enqueued_at, id);",
             also: &[],
+            upgrades: &[],
         };
         {
             let other = open_store(&path, &OTHER, RetryPolicy::default())
@@ -1602,6 +1759,8 @@ mod tests {
                 ("REDRIVE", REDRIVE),
                 ("PURGE_GROUPS", PURGE_GROUPS),
                 ("PURGE_DEAD", PURGE_DEAD),
+                ("RELAYED", RELAYED),
+                ("SET_RELAYED", SET_RELAYED),
             ],
         );
         // A new v2 file is the v1 DDL followed by the upgrade.

@@ -1,25 +1,44 @@
-//! `localstream.v1`: durable streams with consumer offsets, and the only
-//! implementation of that format.
+//! `localstream.v2`: durable streams with consumer offsets, the relay of
+//! transactional sends to queues, and schedules; the only implementation of
+//! that format (and of `localstream.v1`, which it upgrades on open).
 //!
 //! One file holds every stream of a data directory:
 //! `<data-dir>/stream/localstream.sqlite`. The schema and every statement
-//! are defined here, once, and pinned by `docs/formats/localstream.v1.md`.
+//! are defined here, once, and pinned by `docs/formats/localstream.v1.md`
+//! and `docs/formats/localstream.v2.md`.
+//!
+//! A transaction is one `BEGIN IMMEDIATE` on this file. A commit is atomic
+//! within one file only, and every queue is a file of its own, so a send to
+//! a queue inside a transaction is written here, as a row of `relay`, and
+//! moved to the queue after the commit (the *relay*): by the committing
+//! call, by the next open of the store, or by the background relayer of any
+//! process that has the store open. Each queue records the highest relay id
+//! it applied from this store, so a relay repeated after a crash applies
+//! nothing twice.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
 
-use alk_store::stream::{Event, StreamEngine, StreamTxEngine, TxFailure};
+use alk_store::jobs::{SendOptions, Stamp};
+use alk_store::queue::Payload;
+use alk_store::schedule::{ScheduleEngine, ScheduleRow};
+use alk_store::stream::{Event, StreamEngine, TxEngine, TxFailure};
+use alk_store::wake::Wakes;
 use alk_store::{AlkError, AlkResult};
 use async_trait::async_trait;
 use futures::FutureExt as _;
 use turso::{Connection, Value};
 
 use crate::gate::WriteGuard;
-use crate::open::{Format, Handle, Store, StoreOptions, open_store, panic_text};
+use crate::open::{Format, Handle, Store, StoreOptions, Upgrade, open_store, panic_text};
+use crate::queue::{Queues, Relayed};
 use crate::retry::{Failure, exec, query};
 
-/// The DDL of `localstream.v1`, run (idempotently) on every open.
-pub const DDL: &str = "\
+macro_rules! v1_ddl {
+    () => {
+        "\
 CREATE TABLE IF NOT EXISTS meta (
     key   TEXT PRIMARY KEY,
     value TEXT NOT NULL
@@ -43,13 +62,92 @@ CREATE TABLE IF NOT EXISTS consumer_offsets (
     seq      INTEGER NOT NULL, -- the consumer's saved offset; never decreases
     PRIMARY KEY (stream, consumer)
 );
-";
+"
+    };
+}
 
-/// The `localstream.v1` format.
-pub static FORMAT: Format = Format {
+macro_rules! new_store_id {
+    () => {
+        "INSERT OR IGNORE INTO meta (key, value) VALUES ('store_id', lower(hex(randomblob(4)) || '-' || \
+hex(randomblob(2)) || '-4' || substr(hex(randomblob(2)), 2) || '-' || substr('89ab', 1 + (random() & 3), 1) || \
+substr(hex(randomblob(2)), 2) || '-' || hex(randomblob(6))))"
+    };
+}
+
+macro_rules! upgrade {
+    () => {
+        concat!(
+            "\
+CREATE TABLE IF NOT EXISTS relay (
+    id           INTEGER PRIMARY KEY AUTOINCREMENT, -- never reused, also after the row is deleted
+    queue        TEXT NOT NULL,              -- the queue the message goes to
+    payload_type TEXT NOT NULL,              -- \"json\" | \"text\", as in localqueue
+    payload_data TEXT NOT NULL,              -- serialized JSON for \"json\", raw string for \"text\"
+    priority     INTEGER NOT NULL,           -- the resolved options of the send, as localqueue.v2 keeps them
+    due_at       INTEGER NOT NULL,           -- unix epoch MILLISECONDS
+    max_attempts INTEGER,                    -- NULL: no limit
+    backoff_ms   INTEGER,                    -- NULL: the default base
+    expires_at   INTEGER,                    -- unix epoch MILLISECONDS; NULL: never
+    group_key    TEXT,                       -- NULL: no group
+    created_at   INTEGER NOT NULL            -- unix epoch MILLISECONDS; the send time
+);
+CREATE INDEX IF NOT EXISTS idx_relay_queue ON relay (queue, id);
+CREATE TABLE IF NOT EXISTS schedules (
+    name            TEXT PRIMARY KEY,
+    spec            TEXT NOT NULL,           -- as given: @every <n><s|m|h|d>
+    every_ms        INTEGER NOT NULL,        -- the interval the spec gives
+    queue           TEXT NOT NULL,
+    payload_type    TEXT NOT NULL,           -- \"json\" | \"text\"
+    payload_data    TEXT NOT NULL,
+    priority        INTEGER,                 -- the send options as given; NULL: not given
+    delay_ms        INTEGER,
+    run_at_ms       INTEGER,
+    max_attempts    INTEGER,
+    backoff_base_ms INTEGER,
+    expires_in_ms   INTEGER,
+    group_key       TEXT,
+    next_due        INTEGER NOT NULL         -- unix epoch MILLISECONDS; the next boundary not fired yet
+);
+",
+            new_store_id!(),
+            ";
+UPDATE meta SET value = 'localstream.v2' WHERE key = 'format';
+"
+        )
+    };
+}
+
+/// The DDL of `localstream.v1`.
+pub const DDL: &str = v1_ddl!();
+
+/// What turns a `localstream.v1` file into a `localstream.v2` one, in one
+/// `BEGIN IMMEDIATE` transaction.
+pub const UPGRADE: &str = upgrade!();
+
+/// The DDL of a new `localstream.v2` file: [`DDL`], then [`UPGRADE`].
+pub const DDL_V2: &str = concat!(v1_ddl!(), upgrade!());
+
+/// Gives the store its id, once (part of [`UPGRADE`]).
+pub const NEW_STORE_ID: &str = new_store_id!();
+
+/// The `localstream.v1` format (files of it are upgraded when opened).
+pub static FORMAT_V1: Format = Format {
     marker: "localstream.v1",
     ddl: DDL,
     also: &[],
+    upgrades: &[],
+};
+
+/// The `localstream.v2` format, which the store opens; a `localstream.v1`
+/// file is upgraded to it in place.
+pub static FORMAT: Format = Format {
+    marker: "localstream.v2",
+    ddl: DDL_V2,
+    also: &[],
+    upgrades: &[Upgrade {
+        from: &FORMAT_V1,
+        script: UPGRADE,
+    }],
 };
 
 /// Assigns the next offset of a stream (1 for a new stream).
@@ -71,10 +169,78 @@ pub const GET_OFFSET: &str = "SELECT seq FROM consumer_offsets WHERE stream = ?1
 /// Deletes the events at or below a horizon.
 pub const TRIM: &str = "DELETE FROM events WHERE stream = ?1 AND seq <= ?2";
 
-/// The stream store of a data directory.
+/// The store's id: names it in the queues' relay marks.
+pub const STORE_ID: &str = "SELECT value FROM meta WHERE key = 'store_id'";
+/// Records one message a transaction sends to a queue.
+pub const RELAY_SEND: &str = "INSERT INTO relay (queue, payload_type, payload_data, priority, due_at, \
+max_attempts, backoff_ms, expires_at, group_key, created_at) \
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
+/// The oldest pending messages of a queue, by id.
+pub const RELAY_PAGE: &str = "SELECT id, payload_type, payload_data, priority, due_at, max_attempts, \
+backoff_ms, expires_at, group_key, created_at FROM relay WHERE queue = ?1 ORDER BY id LIMIT ?2";
+/// Forgets the messages of a queue up to an id, once the queue has them.
+pub const RELAY_DONE: &str = "DELETE FROM relay WHERE queue = ?1 AND id <= ?2";
+/// The first queue after `?1` (by name) with pending messages.
+pub const RELAY_NEXT_QUEUE: &str =
+    "SELECT queue FROM relay WHERE queue > ?1 ORDER BY queue LIMIT 1";
+
+/// Stores a schedule, replacing one of the same name.
+pub const SCHEDULE_PUT: &str = "INSERT INTO schedules (name, spec, every_ms, queue, payload_type, payload_data, \
+priority, delay_ms, run_at_ms, max_attempts, backoff_base_ms, expires_in_ms, group_key, next_due) \
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14) \
+ON CONFLICT(name) DO UPDATE SET spec = excluded.spec, every_ms = excluded.every_ms, queue = excluded.queue, \
+payload_type = excluded.payload_type, payload_data = excluded.payload_data, priority = excluded.priority, \
+delay_ms = excluded.delay_ms, run_at_ms = excluded.run_at_ms, max_attempts = excluded.max_attempts, \
+backoff_base_ms = excluded.backoff_base_ms, expires_in_ms = excluded.expires_in_ms, \
+group_key = excluded.group_key, next_due = excluded.next_due";
+/// Deletes a schedule.
+pub const SCHEDULE_REMOVE: &str = "DELETE FROM schedules WHERE name = ?1";
+/// A schedule.
+pub const SCHEDULE_GET: &str = "SELECT name, spec, every_ms, queue, payload_type, payload_data, priority, \
+delay_ms, run_at_ms, max_attempts, backoff_base_ms, expires_in_ms, group_key, next_due \
+FROM schedules WHERE name = ?1";
+/// Every schedule, by name.
+pub const SCHEDULE_LIST: &str = "SELECT name, spec, every_ms, queue, payload_type, payload_data, priority, \
+delay_ms, run_at_ms, max_attempts, backoff_base_ms, expires_in_ms, group_key, next_due \
+FROM schedules ORDER BY name";
+/// Moves a schedule's next boundary from `?2` to `?3`, if it is still at
+/// `?2`; what its jobs are.
+pub const SCHEDULE_FIRE: &str = "UPDATE schedules SET next_due = ?3 WHERE name = ?1 AND next_due = ?2 \
+RETURNING queue, payload_type, payload_data";
+
+/// Most relay rows of one queue moved in one queue transaction.
+pub const RELAY_BATCH: i64 = 1000;
+
+/// How often the background relayer looks for messages left pending.
+pub const RELAY_EVERY: Duration = Duration::from_secs(1);
+
+/// The longest a queue whose relay keeps failing waits between attempts
+/// of the background relayer.
+const RELAY_MAX_BACKOFF: Duration = Duration::from_secs(60);
+
+/// The stream store of a data directory: streams, offsets, transactions,
+/// schedules.
 #[derive(Debug, Clone)]
 pub struct StreamStore {
     store: Store,
+    relay: Arc<Relay>,
+}
+
+/// What moves committed sends from the stream store to their queues.
+pub(crate) struct Relay {
+    store: Store,
+    /// The stream store's id (its meta row `store_id`).
+    store_id: String,
+    queues: Arc<Queues>,
+    wakes: Option<Wakes>,
+}
+
+impl std::fmt::Debug for Relay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Relay")
+            .field("store_id", &self.store_id)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The stream store file under `data_dir`.
@@ -85,21 +251,410 @@ pub fn stream_path(data_dir: &Path) -> PathBuf {
 /// A row of `events` that breaks the format.
 fn corrupt(path: &Path, stream: &str, column: &str, found: &Value) -> Failure {
     Failure::Alk(AlkError::Internal(format!(
-        "{}: an event of stream {stream:?} has {found:?} in {column}, which localstream.v1 does not allow; the store is corrupt",
+        "{}: an event of stream {stream:?} has {found:?} in {column}, which localstream.v2 does not allow; the store is corrupt",
         path.display()
     )))
 }
 
+/// A row of `relay` or `schedules` that breaks the format.
+fn corrupt_row(path: &Path, table: &str, row: &str, column: &str, found: &Value) -> Failure {
+    Failure::Alk(AlkError::Internal(format!(
+        "{}: {table} row {row} has {found:?} in {column}, which localstream.v2 does not allow; the store is corrupt",
+        path.display()
+    )))
+}
+
+/// Reads the columns of one row of `relay` or `schedules`, naming the row in
+/// the error of a value the format does not allow.
+struct Columns<'a> {
+    row: &'a turso::Row,
+    path: &'a Path,
+    table: &'static str,
+    name: String,
+}
+
+impl Columns<'_> {
+    fn fail(&self, column: &str, found: &Value) -> Failure {
+        corrupt_row(self.path, self.table, &self.name, column, found)
+    }
+
+    fn int(&self, i: usize, column: &str) -> Result<i64, Failure> {
+        match self.row.get_value(i)? {
+            Value::Integer(n) => Ok(n),
+            other => Err(self.fail(column, &other)),
+        }
+    }
+
+    fn opt_int(&self, i: usize, column: &str) -> Result<Option<i64>, Failure> {
+        match self.row.get_value(i)? {
+            Value::Integer(n) => Ok(Some(n)),
+            Value::Null => Ok(None),
+            other => Err(self.fail(column, &other)),
+        }
+    }
+
+    /// An integer that must fit `T`.
+    fn fit<T: TryFrom<i64>>(&self, i: usize, column: &str) -> Result<T, Failure> {
+        let n = self.int(i, column)?;
+        T::try_from(n).map_err(|_| self.fail(column, &Value::Integer(n)))
+    }
+
+    /// An optional integer that must fit `T`.
+    fn opt<T: TryFrom<i64>>(&self, i: usize, column: &str) -> Result<Option<T>, Failure> {
+        self.opt_int(i, column)?
+            .map(|n| T::try_from(n).map_err(|_| self.fail(column, &Value::Integer(n))))
+            .transpose()
+    }
+
+    fn text(&self, i: usize, column: &str) -> Result<String, Failure> {
+        match self.row.get_value(i)? {
+            Value::Text(t) => Ok(t),
+            other => Err(self.fail(column, &other)),
+        }
+    }
+
+    fn opt_text(&self, i: usize, column: &str) -> Result<Option<String>, Failure> {
+        match self.row.get_value(i)? {
+            Value::Text(t) => Ok(Some(t)),
+            Value::Null => Ok(None),
+            other => Err(self.fail(column, &other)),
+        }
+    }
+
+    /// The payload of columns `kind` and `kind + 1`.
+    fn payload(&self, kind: usize) -> Result<Payload, Failure> {
+        let data = self.text(kind + 1, "payload_data")?;
+        match self.row.get_value(kind)? {
+            Value::Text(k) if k == "json" => Ok(Payload::Json(data)),
+            Value::Text(k) if k == "text" => Ok(Payload::Text(data)),
+            other => Err(self.fail("payload_type", &other)),
+        }
+    }
+}
+
+/// A relay row from a row of [`RELAY_PAGE`].
+fn relayed_at(row: &turso::Row, path: &Path) -> Result<Relayed, Failure> {
+    let id = row.get::<i64>(0)?;
+    let c = Columns {
+        row,
+        path,
+        table: "relay",
+        name: id.to_string(),
+    };
+    Ok(Relayed {
+        id,
+        payload: c.payload(1)?,
+        stamp: Stamp {
+            priority: c.fit(3, "priority")?,
+            due_at: c.int(4, "due_at")?,
+            max_attempts: c.opt(5, "max_attempts")?,
+            backoff_base_ms: c.opt(6, "backoff_ms")?,
+            expires_at: c.opt_int(7, "expires_at")?,
+            group: c.opt_text(8, "group_key")?,
+        },
+        created_at: c.int(9, "created_at")?,
+    })
+}
+
+/// A schedule from a row of [`SCHEDULE_GET`] or [`SCHEDULE_LIST`].
+fn schedule_at(row: &turso::Row, path: &Path) -> Result<ScheduleRow, Failure> {
+    let name = row.get::<String>(0)?;
+    let c = Columns {
+        row,
+        path,
+        table: "schedules",
+        name: format!("{name:?}"),
+    };
+    Ok(ScheduleRow {
+        spec: c.text(1, "spec")?,
+        every_ms: c.fit(2, "every_ms")?,
+        queue: c.text(3, "queue")?,
+        payload: c.payload(4)?,
+        options: SendOptions {
+            priority: c.opt(6, "priority")?,
+            delay_ms: c.opt(7, "delay_ms")?,
+            run_at_ms: c.opt(8, "run_at_ms")?,
+            max_attempts: c.opt(9, "max_attempts")?,
+            backoff_base_ms: c.opt(10, "backoff_base_ms")?,
+            expires_in_ms: c.opt(11, "expires_in_ms")?,
+            group: c.opt_text(12, "group_key")?,
+        },
+        next_due: c.int(13, "next_due")?,
+        name,
+    })
+}
+
+/// A `u64` option as the format stores it (every value the core lets
+/// through fits).
+fn stored(what: &str, v: Option<u64>) -> AlkResult<Option<i64>> {
+    v.map(|v| {
+        i64::try_from(v)
+            .map_err(|_| AlkError::InvalidArgument(format!("{what} {v} is out of range")))
+    })
+    .transpose()
+}
+
+/// Records one message sent to `queue` inside the caller's transaction.
+async fn relay_send_on(
+    conn: &Connection,
+    queue: &str,
+    payload: &Payload,
+    stamp: &Stamp,
+    now: i64,
+) -> Result<(), Failure> {
+    let (kind, data) = payload.parts();
+    exec(
+        conn,
+        RELAY_SEND,
+        (
+            queue,
+            kind,
+            data,
+            i64::from(stamp.priority),
+            stamp.due_at,
+            stamp.max_attempts.map(i64::from),
+            stamp.backoff_base_ms.map(|b| b as i64),
+            stamp.expires_at,
+            stamp.group.as_deref(),
+            now,
+        ),
+    )
+    .await?;
+    Ok(())
+}
+
 impl StreamStore {
-    /// Opens (creating on first use) the stream store under `data_dir`.
+    /// Opens (creating on first use, upgrading a `localstream.v1` file) the
+    /// stream store under `data_dir`, relays what earlier transactions left
+    /// pending, and starts this store's background relayer.
     pub async fn open(data_dir: &Path, options: impl Into<StoreOptions>) -> AlkResult<Self> {
+        let options = options.into();
+        let queues = Arc::new(Queues::new(data_dir, options));
+        Self::open_with(data_dir, options, queues, true).await
+    }
+
+    /// [`StreamStore::open`] relaying through the engine's `queues`;
+    /// `background`: with a background relayer.
+    pub(crate) async fn open_with(
+        data_dir: &Path,
+        options: StoreOptions,
+        queues: Arc<Queues>,
+        background: bool,
+    ) -> AlkResult<Self> {
         let store = open_store(&stream_path(data_dir), &FORMAT, options).await?;
-        Ok(StreamStore { store })
+        let store_id = store_id(&store).await?;
+        let relay = Arc::new(Relay {
+            store: store.clone(),
+            store_id,
+            queues,
+            wakes: crate::wake_file::wakes_of(data_dir).ok(),
+        });
+        // A process that died right after its commit left its sends here.
+        relay.relay_pending(&mut HashMap::new()).await;
+        if background {
+            spawn_relayer(Arc::downgrade(&relay));
+        }
+        Ok(StreamStore { store, relay })
     }
 
     /// The store file.
     pub fn path(&self) -> &Path {
         self.store.path()
+    }
+
+    /// Begins a transaction.
+    async fn begin_tx(&self) -> AlkResult<TursoTx> {
+        let (handle, conn, turn) = self.store.begin().await?;
+        Ok(TursoTx {
+            store: self.store.clone(),
+            conn,
+            handle,
+            _turn: turn,
+            relay: self.relay.clone(),
+            sent: Vec::new(),
+        })
+    }
+}
+
+/// The store's id, made if the file lacks it.
+async fn store_id(store: &Store) -> AlkResult<String> {
+    let read = || {
+        store.run(|conn: Connection| {
+            Box::pin(async move {
+                let mut rows = query(&conn, STORE_ID, ()).await?;
+                let mut id = None;
+                while let Some(row) = rows.next().await? {
+                    id = row.get_value(0)?.as_text().cloned();
+                }
+                Ok(id)
+            })
+        })
+    };
+    if let Some(id) = read().await? {
+        return Ok(id);
+    }
+    store
+        .run_write(|conn: Connection| {
+            Box::pin(async move {
+                exec(&conn, NEW_STORE_ID, ()).await?;
+                Ok(())
+            })
+        })
+        .await?;
+    read().await?.ok_or_else(|| {
+        AlkError::Internal(format!(
+            "{}: the store has no id and none could be given to it",
+            store.path().display()
+        ))
+    })
+}
+
+/// Runs the background relayer of `relay` until the relay (the stream store
+/// of an engine) is dropped: about once every [`RELAY_EVERY`] it looks for
+/// pending messages (one indexed read) and relays them.
+fn spawn_relayer(relay: Weak<Relay>) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    runtime.spawn(async move {
+        let mut backoff = HashMap::new();
+        loop {
+            tokio::time::sleep(RELAY_EVERY).await;
+            let Some(relay) = relay.upgrade() else {
+                return;
+            };
+            let pass = std::panic::AssertUnwindSafe(relay.relay_pending(&mut backoff))
+                .catch_unwind()
+                .await;
+            if let Err(panic) = pass {
+                tracing::warn!(target: "alk", "the background relay failed: {}", panic_text(&*panic));
+            }
+        }
+    });
+}
+
+impl Relay {
+    /// Relays every queue with pending messages, except those `backoff`
+    /// says to leave alone for now; failures are logged, and back the
+    /// queue off.
+    async fn relay_pending(&self, backoff: &mut HashMap<String, (tokio::time::Instant, Duration)>) {
+        let mut after = String::new();
+        loop {
+            let next = self
+                .store
+                .run(|conn: Connection| {
+                    let after = after.clone();
+                    Box::pin(async move {
+                        let mut rows = query(&conn, RELAY_NEXT_QUEUE, (after,)).await?;
+                        let mut next = None;
+                        while let Some(row) = rows.next().await? {
+                            next = Some(row.get::<String>(0)?);
+                        }
+                        Ok(next)
+                    })
+                })
+                .await;
+            let queue = match next {
+                Ok(Some(q)) => q,
+                Ok(None) => return,
+                Err(e) => {
+                    tracing::debug!(target: "alk", store = %self.store.path().display(), "looking for pending relays failed: {e}");
+                    return;
+                }
+            };
+            after = queue.clone();
+            let now = tokio::time::Instant::now();
+            if backoff.get(&queue).is_some_and(|(until, _)| *until > now) {
+                continue;
+            }
+            match self.relay_queue(&queue).await {
+                Ok(_) => {
+                    backoff.remove(&queue);
+                }
+                Err(e) => {
+                    let wait = backoff
+                        .get(&queue)
+                        .map_or(RELAY_EVERY, |(_, w)| (*w * 2).min(RELAY_MAX_BACKOFF));
+                    backoff.insert(queue.clone(), (now + wait, wait));
+                    log_failed_relay(&queue, &e);
+                }
+            }
+        }
+    }
+
+    /// The oldest pending messages of `queue`.
+    async fn pending(&self, queue: &str) -> AlkResult<Vec<Relayed>> {
+        let path = self.store.path();
+        self.store
+            .run(|conn: Connection| {
+                Box::pin(async move {
+                    let mut rows = query(&conn, RELAY_PAGE, (queue, RELAY_BATCH)).await?;
+                    let mut out = Vec::new();
+                    while let Some(row) = rows.next().await? {
+                        out.push(relayed_at(&row, path)?);
+                    }
+                    Ok(out)
+                })
+            })
+            .await
+    }
+
+    /// Forgets the messages of `queue` up to id `last` (the queue has them).
+    async fn forget(&self, queue: &str, last: i64) -> AlkResult<()> {
+        self.store
+            .run_write(|conn: Connection| {
+                Box::pin(async move {
+                    exec(&conn, RELAY_DONE, (queue, last)).await?;
+                    Ok(())
+                })
+            })
+            .await
+    }
+
+    /// Moves the pending messages of `queue` into it: per page of at most
+    /// [`RELAY_BATCH`], one transaction of the queue file (which skips what
+    /// it already has, see [`crate::queue::QueueStore::relay`]), then the
+    /// page is deleted here. The number of messages the queue received.
+    pub(crate) async fn relay_queue(&self, queue: &str) -> AlkResult<u64> {
+        let mut total = 0;
+        loop {
+            let rows = self.pending(queue).await?;
+            let Some(last) = rows.last().map(|r| r.id) else {
+                break;
+            };
+            let q = self.queues.get(queue).await?;
+            let inserted = q.relay(&self.store_id, &rows).await?;
+            total += inserted;
+            if inserted > 0
+                && let Some(w) = &self.wakes
+            {
+                w.signal(&format!("queue.{queue}"));
+            }
+            self.forget(queue, last).await?;
+            if (rows.len() as i64) < RELAY_BATCH {
+                break;
+            }
+        }
+        Ok(total)
+    }
+
+    /// Relays `queues` after a commit that sent to them. The commit stands
+    /// whatever happens here: a failure is logged, and the messages stay
+    /// pending for the next relay.
+    async fn after_commit(&self, queues: &[String]) {
+        for queue in queues {
+            if let Err(e) = self.relay_queue(queue).await {
+                log_failed_relay(queue, &e);
+            }
+        }
+    }
+}
+
+fn log_failed_relay(queue: &str, e: &AlkError) {
+    if matches!(e, AlkError::Busy(_)) {
+        tracing::debug!(target: "alk", queue, "relaying committed sends is held up, they stay pending: {e}");
+    } else {
+        tracing::warn!(target: "alk", queue, "relaying committed sends failed, they stay pending and are relayed later: {e}");
     }
 }
 
@@ -215,14 +770,141 @@ impl StreamEngine for StreamStore {
             .await
     }
 
-    async fn begin(&self) -> AlkResult<Box<dyn StreamTxEngine>> {
-        let (handle, conn, turn) = self.store.begin().await?;
-        Ok(Box::new(TursoTx {
-            store: self.store.clone(),
-            conn,
-            handle,
-            _turn: turn,
-        }))
+    async fn begin(&self) -> AlkResult<Box<dyn TxEngine>> {
+        Ok(Box::new(self.begin_tx().await?))
+    }
+}
+
+#[async_trait]
+impl ScheduleEngine for StreamStore {
+    async fn put(&self, row: &ScheduleRow) -> AlkResult<()> {
+        // Its jobs go through the relay, which needs a localqueue.v2 file.
+        self.relay
+            .queues
+            .get(&row.queue)
+            .await?
+            .require_v2("scheduled jobs")
+            .await?;
+        let o = &row.options;
+        let (kind, data) = row.payload.parts();
+        let every_ms = stored("every-ms", Some(row.every_ms))?;
+        let delay_ms = stored("delay-ms", o.delay_ms)?;
+        let run_at_ms = stored("run-at-ms", o.run_at_ms)?;
+        let backoff = stored("backoff-base-ms", o.backoff_base_ms)?;
+        let expires = stored("expires-in-ms", o.expires_in_ms)?;
+        self.store
+            .run_write(|conn: Connection| {
+                Box::pin(async move {
+                    exec(
+                        &conn,
+                        SCHEDULE_PUT,
+                        (
+                            row.name.as_str(),
+                            row.spec.as_str(),
+                            every_ms,
+                            row.queue.as_str(),
+                            kind,
+                            data,
+                            o.priority.map(i64::from),
+                            delay_ms,
+                            run_at_ms,
+                            o.max_attempts.map(i64::from),
+                            backoff,
+                            expires,
+                            o.group.as_deref(),
+                            row.next_due,
+                        ),
+                    )
+                    .await?;
+                    Ok(())
+                })
+            })
+            .await
+    }
+
+    async fn remove(&self, name: &str) -> AlkResult<bool> {
+        self.store
+            .run_write(|conn: Connection| {
+                Box::pin(async move { Ok(exec(&conn, SCHEDULE_REMOVE, (name,)).await? == 1) })
+            })
+            .await
+    }
+
+    async fn get(&self, name: &str) -> AlkResult<Option<ScheduleRow>> {
+        let path = self.store.path();
+        self.store
+            .run(|conn: Connection| {
+                Box::pin(async move {
+                    let mut rows = query(&conn, SCHEDULE_GET, (name,)).await?;
+                    let mut found = None;
+                    while let Some(row) = rows.next().await? {
+                        found = Some(schedule_at(&row, path)?);
+                    }
+                    Ok(found)
+                })
+            })
+            .await
+    }
+
+    async fn list(&self) -> AlkResult<Vec<ScheduleRow>> {
+        let path = self.store.path();
+        self.store
+            .run(|conn: Connection| {
+                Box::pin(async move {
+                    let mut rows = query(&conn, SCHEDULE_LIST, ()).await?;
+                    let mut out = Vec::new();
+                    while let Some(row) = rows.next().await? {
+                        out.push(schedule_at(&row, path)?);
+                    }
+                    Ok(out)
+                })
+            })
+            .await
+    }
+
+    async fn fire(
+        &self,
+        name: &str,
+        due: i64,
+        next: i64,
+        stamps: &[Stamp],
+        now: i64,
+    ) -> AlkResult<bool> {
+        let path = self.store.path();
+        let fired = self
+            .store
+            .run_immediate(|conn: Connection| {
+                Box::pin(async move {
+                    let mut rows = query(&conn, SCHEDULE_FIRE, (name, due, next)).await?;
+                    let mut found = None;
+                    // Drain: a live RETURNING statement blocks the next write.
+                    while let Some(row) = rows.next().await? {
+                        let c = Columns {
+                            row: &row,
+                            path,
+                            table: "schedules",
+                            name: format!("{name:?}"),
+                        };
+                        found = Some((c.text(0, "queue")?, c.payload(1)?));
+                    }
+                    drop(rows);
+                    let Some((queue, payload)) = found else {
+                        return Ok(None);
+                    };
+                    for stamp in stamps {
+                        relay_send_on(&conn, &queue, &payload, stamp, now).await?;
+                    }
+                    Ok(Some(queue))
+                })
+            })
+            .await?;
+        let Some(queue) = fired else {
+            return Ok(false);
+        };
+        if !stamps.is_empty() {
+            self.relay.after_commit(&[queue]).await;
+        }
+        Ok(true)
     }
 }
 
@@ -275,6 +957,9 @@ struct TursoTx {
     conn: Connection,
     handle: Arc<Handle>,
     _turn: WriteGuard,
+    relay: Arc<Relay>,
+    /// The queues sent to, to relay after the commit.
+    sent: Vec<String>,
 }
 
 impl TursoTx {
@@ -305,7 +990,8 @@ impl TursoTx {
     }
 
     /// Ends the transaction with `sql` (`COMMIT` or `ROLLBACK`); the
-    /// connection goes back to the pool when it did.
+    /// connection goes back to the pool when it did. The write gate is
+    /// released when this returns.
     async fn end(self, sql: &str) -> Result<(), String> {
         let result = std::panic::AssertUnwindSafe(exec(&self.conn, sql, ()))
             .catch_unwind()
@@ -331,7 +1017,7 @@ impl TursoTx {
 }
 
 #[async_trait]
-impl StreamTxEngine for TursoTx {
+impl TxEngine for TursoTx {
     async fn publish(
         &mut self,
         stream: &str,
@@ -355,8 +1041,48 @@ impl StreamTxEngine for TursoTx {
             .await
     }
 
+    async fn enqueue(
+        &mut self,
+        queue: &str,
+        payloads: &[Payload],
+        stamp: &Stamp,
+        now: i64,
+    ) -> Result<(), TxFailure> {
+        // The queue must be able to take the messages when they are
+        // relayed: opened (made, if new) and localqueue.v2. Refusals write
+        // nothing.
+        let q = self
+            .relay
+            .queues
+            .get(queue)
+            .await
+            .map_err(TxFailure::Refused)?;
+        q.require_v2("transactional sends")
+            .await
+            .map_err(TxFailure::Refused)?;
+        let conn = self.conn.clone();
+        self.op(async move {
+            for p in payloads {
+                relay_send_on(&conn, queue, p, stamp, now).await?;
+            }
+            Ok(())
+        })
+        .await?;
+        if !self.sent.iter().any(|q| q == queue) {
+            self.sent.push(queue.to_string());
+        }
+        Ok(())
+    }
+
     async fn commit(self: Box<Self>) -> Result<(), String> {
-        self.end("COMMIT").await
+        let mut tx = *self;
+        let sent = std::mem::take(&mut tx.sent);
+        let relay = tx.relay.clone();
+        tx.end("COMMIT").await?;
+        // Committed, and the write gate is free again: the sends go to
+        // their queues now.
+        relay.after_commit(&sent).await;
+        Ok(())
     }
 
     async fn rollback(self: Box<Self>) {
@@ -371,6 +1097,7 @@ mod tests {
     use super::*;
 
     const DOC: &str = include_str!("../../../docs/formats/localstream.v1.md");
+    const DOC_V2: &str = include_str!("../../../docs/formats/localstream.v2.md");
 
     #[tokio::test]
     async fn an_engine_panic_inside_a_transaction_aborts_it_and_frees_the_store() {
@@ -378,13 +1105,7 @@ mod tests {
         let s = StreamStore::open(dir.path(), crate::RetryPolicy::default())
             .await
             .unwrap();
-        let (handle, conn, turn) = s.store.begin().await.unwrap();
-        let mut tx = TursoTx {
-            store: s.store.clone(),
-            conn,
-            handle,
-            _turn: turn,
-        };
+        let mut tx = s.begin_tx().await.unwrap();
         tx.publish("s", None, b"in tx", 0).await.unwrap();
         let failed = tx
             .op(async {
@@ -442,5 +1163,504 @@ mod tests {
                 ("TRIM", TRIM),
             ],
         );
+    }
+
+    #[test]
+    fn the_v2_document_pins_the_ddl_and_every_statement() {
+        crate::assert_document_pins(
+            "localstream.v2.md",
+            DOC_V2,
+            &[
+                ("DDL_V2", DDL_V2),
+                ("UPGRADE", UPGRADE),
+                ("STORE_ID", STORE_ID),
+                ("NEW_STORE_ID", NEW_STORE_ID),
+                ("RELAY_SEND", RELAY_SEND),
+                ("RELAY_PAGE", RELAY_PAGE),
+                ("RELAY_DONE", RELAY_DONE),
+                ("RELAY_NEXT_QUEUE", RELAY_NEXT_QUEUE),
+                ("SCHEDULE_PUT", SCHEDULE_PUT),
+                ("SCHEDULE_REMOVE", SCHEDULE_REMOVE),
+                ("SCHEDULE_GET", SCHEDULE_GET),
+                ("SCHEDULE_LIST", SCHEDULE_LIST),
+                ("SCHEDULE_FIRE", SCHEDULE_FIRE),
+            ],
+        );
+        // A new v2 file is the v1 DDL followed by the upgrade, which gives
+        // the store its id.
+        assert_eq!(DDL_V2, format!("{DDL}{UPGRADE}"));
+        assert!(UPGRADE.contains(NEW_STORE_ID));
+    }
+
+    use crate::queue::{QueueStore, Queues};
+    use crate::{NewQueues, RetryPolicy, TursoEngine};
+    use alk_store::queue::{Queue, QueueEngine};
+    use alk_store::stream::Streams;
+
+    fn text(s: &str) -> Payload {
+        Payload::Text(s.into())
+    }
+
+    /// A stream store without a background relayer (the tests relay by
+    /// hand).
+    async fn quiet(dir: &Path) -> StreamStore {
+        let options = StoreOptions::default();
+        StreamStore::open_with(dir, options, Arc::new(Queues::new(dir, options)), false)
+            .await
+            .unwrap()
+    }
+
+    /// Commits a transaction that sends `payloads` to `queue`, without
+    /// relaying them (as if the process died right after its commit).
+    async fn commit_unrelayed(s: &StreamStore, queue: &str, payloads: &[&str]) {
+        let mut tx = s.begin_tx().await.unwrap();
+        let payloads: Vec<Payload> = payloads.iter().map(|p| text(p)).collect();
+        tx.enqueue(queue, &payloads, &Stamp::plain(5), 5)
+            .await
+            .unwrap();
+        tx.end("COMMIT").await.unwrap();
+    }
+
+    async fn claim_all(q: &QueueStore) -> Vec<Payload> {
+        q.claim(1000, 1_000_000, 1_000, None)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|d| d.payload)
+            .collect()
+    }
+
+    async fn sql_rows(store: &Store, sql: &'static str) -> Vec<String> {
+        store
+            .run(|conn: Connection| {
+                Box::pin(async move {
+                    let mut rows = conn.query(sql, ()).await?;
+                    let mut out = Vec::new();
+                    while let Some(row) = rows.next().await? {
+                        let mut cols = Vec::new();
+                        for i in 0..row.column_count() {
+                            cols.push(format!("{:?}", row.get_value(i)?));
+                        }
+                        out.push(cols.join(" | "));
+                    }
+                    Ok(out)
+                })
+            })
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_relay_repeated_after_its_queue_commit_applies_nothing_twice() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = quiet(dir.path()).await;
+        commit_unrelayed(&s, "q", &["a", "b", "c"]).await;
+        let q = s.relay.queues.get("q").await.unwrap();
+        let rows = s.relay.pending("q").await.unwrap();
+        assert_eq!(rows.len(), 3);
+        // The queue's transaction committed, then the process died before
+        // the relay rows were deleted: the next relay finds them again.
+        assert_eq!(q.relay(&s.relay.store_id, &rows).await.unwrap(), 3);
+        assert_eq!(q.relay(&s.relay.store_id, &rows).await.unwrap(), 0);
+        // A later page overlapping what was applied applies only the rest.
+        commit_unrelayed(&s, "q", &["d"]).await;
+        let rows = s.relay.pending("q").await.unwrap();
+        assert_eq!(rows.len(), 4);
+        assert_eq!(q.relay(&s.relay.store_id, &rows).await.unwrap(), 1);
+        // The full relay deletes what the queue has, adding nothing.
+        assert_eq!(s.relay.relay_queue("q").await.unwrap(), 0);
+        assert!(s.relay.pending("q").await.unwrap().is_empty());
+        assert_eq!(
+            claim_all(&q).await,
+            [text("a"), text("b"), text("c"), text("d")]
+        );
+        let mark = sql_rows(
+            q.store(),
+            "SELECT key, value FROM meta WHERE key LIKE 'relayed:%'",
+        )
+        .await;
+        assert_eq!(
+            mark,
+            [format!(
+                "Text(\"relayed:{}\") | Text(\"4\")",
+                s.relay.store_id
+            )]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_recreated_stream_store_relays_into_a_queue_marked_by_the_old_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = quiet(dir.path()).await;
+        let tx = old.begin_tx().await.unwrap();
+        let mut tx: Box<dyn TxEngine> = Box::new(tx);
+        tx.enqueue("q", &[text("old-1"), text("old-2")], &Stamp::plain(0), 0)
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        let q = old.relay.queues.get("q").await.unwrap();
+        let old_id = old.relay.store_id.clone();
+        // Far above any id the new store will hand out.
+        crate::write_sql(
+            q.store(),
+            &format!("UPDATE meta SET value = '1000000' WHERE key = 'relayed:{old_id}'"),
+        )
+        .await;
+        old.store.close_for_test();
+        drop(old);
+        for suffix in ["", "-wal", "-tshm"] {
+            let _ = std::fs::remove_file(crate::open::sibling(&stream_path(dir.path()), suffix));
+        }
+        let new = quiet(dir.path()).await;
+        assert_ne!(new.relay.store_id, old_id);
+        let tx = new.begin_tx().await.unwrap();
+        let mut tx: Box<dyn TxEngine> = Box::new(tx);
+        tx.enqueue("q", &[text("new")], &Stamp::plain(0), 0)
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        assert_eq!(
+            claim_all(&q).await,
+            [text("old-1"), text("old-2"), text("new")]
+        );
+        assert!(new.relay.pending("q").await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn sends_left_pending_are_relayed_when_another_engine_opens_the_store() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let died = quiet(dir.path()).await;
+            commit_unrelayed(&died, "q", &["left behind"]).await;
+            assert_eq!(died.relay.pending("q").await.unwrap().len(), 1);
+        }
+        let engine = TursoEngine::new(dir.path(), RetryPolicy::default());
+        let q = Queue::open(&engine, "q").await.unwrap();
+        assert!(q.claim(10, None, None, 1_000).await.unwrap().is_empty());
+        // Opening the stream store relays what was left.
+        Streams::open(&engine, Default::default()).await.unwrap();
+        let got = q.claim(10, None, None, 1_000).await.unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].payload, text("left behind"));
+    }
+
+    #[tokio::test]
+    async fn sends_left_pending_are_relayed_by_the_background_relayer() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = TursoEngine::new(dir.path(), RetryPolicy::default());
+        let running = engine.stream_store().await.unwrap();
+        let q = Queue::open(&engine, "q").await.unwrap();
+        // Another engine commits and dies before relaying.
+        {
+            let died = quiet(dir.path()).await;
+            commit_unrelayed(&died, "q", &["x", "y"]).await;
+        }
+        let started = std::time::Instant::now();
+        let mut got = Vec::new();
+        while got.len() < 2 && started.elapsed() < std::time::Duration::from_secs(10) {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            got.extend(q.claim(10, None, None, 1_000).await.unwrap());
+        }
+        let got: Vec<Payload> = got.into_iter().map(|d| d.payload).collect();
+        assert_eq!(got, [text("x"), text("y")], "after {:?}", started.elapsed());
+        assert!(running.relay.pending("q").await.unwrap().is_empty());
+        // The relayer does not keep the store alive.
+        let weak = Arc::downgrade(&running.relay);
+        drop(running);
+        drop(engine);
+        let started = std::time::Instant::now();
+        while weak.upgrade().is_some() {
+            assert!(started.elapsed() < std::time::Duration::from_secs(5));
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_transactional_send_to_a_v1_queue_is_refused_and_the_transaction_goes_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let v1 = StoreOptions {
+            new_queues: NewQueues::V1,
+            ..StoreOptions::default()
+        };
+        QueueStore::open(dir.path(), "old", v1).await.unwrap();
+        let engine = TursoEngine::new(dir.path(), RetryPolicy::default());
+        let s = Streams::open(&engine, Default::default()).await.unwrap();
+        let tx = s.transaction();
+        tx.publish("s", None, b"e", 0).await.unwrap();
+        let plain = alk_store::jobs::SendOptions::default();
+        match tx.enqueue("old", &[text("x")], &plain, 0).await {
+            Err(AlkError::InvalidArgument(m)) => {
+                assert!(m.contains("alk-host migrate queue old"), "{m}")
+            }
+            other => panic!("{other:?}"),
+        }
+        tx.enqueue("fresh", &[text("y")], &plain, 0).await.unwrap();
+        tx.commit().await.unwrap();
+        assert_eq!(s.read_since("s", 0, 10).await.unwrap().len(), 1);
+        let fresh = Queue::open(&engine, "fresh").await.unwrap();
+        assert_eq!(fresh.claim(10, None, None, 0).await.unwrap().len(), 1);
+        let old = Queue::open(&engine, "old").await.unwrap();
+        assert!(old.claim(10, None, None, 0).await.unwrap().is_empty());
+        let store = engine.stream_store().await.unwrap();
+        assert!(
+            sql_rows(&store.store, "SELECT id FROM relay")
+                .await
+                .is_empty()
+        );
+    }
+
+    #[tokio::test]
+    async fn an_outbox_queue_is_v2_even_when_new_queues_are_v1() {
+        let dir = tempfile::tempdir().unwrap();
+        let v1 = StoreOptions {
+            new_queues: NewQueues::V1,
+            ..StoreOptions::default()
+        };
+        let engine = TursoEngine::new(dir.path(), v1);
+        let outbox = alk_store::outbox::Outbox::open(&engine, "mail")
+            .await
+            .unwrap();
+        let backing = alk_store::outbox::backing_queue("mail").unwrap();
+        assert!(
+            QueueStore::open(dir.path(), &backing, v1)
+                .await
+                .unwrap()
+                .is_v2()
+                .await
+                .unwrap()
+        );
+        let s = Streams::open(&engine, Default::default()).await.unwrap();
+        let tx = s.transaction();
+        let plain = alk_store::jobs::SendOptions::default();
+        tx.outbox_enqueue("mail", &[text("m")], &plain, 0)
+            .await
+            .unwrap();
+        // A plain queue made by this engine is v1: refused.
+        assert!(matches!(
+            tx.enqueue("plain", &[text("p")], &plain, 0).await,
+            Err(AlkError::InvalidArgument(_))
+        ));
+        tx.commit().await.unwrap();
+        assert_eq!(
+            outbox.claim_one(None, 0).await.unwrap().unwrap().payload,
+            text("m")
+        );
+    }
+
+    #[tokio::test]
+    async fn a_relay_that_fails_after_the_commit_leaves_the_sends_pending_until_it_can() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = quiet(dir.path()).await;
+        let mut tx: Box<dyn TxEngine> = Box::new(s.begin_tx().await.unwrap());
+        tx.enqueue("q", &[text("kept")], &Stamp::plain(0), 0)
+            .await
+            .unwrap();
+        // Before the commit, the queue's file is replaced by a v1 file.
+        let q = s.relay.queues.get("q").await.unwrap();
+        q.store().close_for_test();
+        for suffix in ["", "-wal", "-tshm"] {
+            let _ = std::fs::remove_file(crate::open::sibling(q.path(), suffix));
+        }
+        let v1 = StoreOptions {
+            new_queues: NewQueues::V1,
+            ..StoreOptions::default()
+        };
+        let replaced = QueueStore::open(dir.path(), "q", v1).await.unwrap();
+        assert!(!replaced.is_v2().await.unwrap());
+        // The commit stands; the send waits.
+        tx.commit().await.unwrap();
+        assert_eq!(s.relay.pending("q").await.unwrap().len(), 1);
+        assert!(matches!(
+            s.relay.relay_queue("q").await,
+            Err(AlkError::InvalidArgument(_))
+        ));
+        replaced.store().close_for_test();
+        drop(replaced);
+        q.store().close_for_test();
+        QueueStore::migrate(dir.path(), "q", StoreOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(s.relay.relay_queue("q").await.unwrap(), 1);
+        assert_eq!(claim_all(&q).await, [text("kept")]);
+    }
+
+    #[tokio::test]
+    async fn a_v1_stream_file_is_upgraded_on_open_keeping_its_events_and_offsets() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = stream_path(dir.path());
+        {
+            let v1 = open_store(&path, &FORMAT_V1, StoreOptions::default())
+                .await
+                .unwrap();
+            v1.run_immediate(|conn: Connection| {
+                Box::pin(async move {
+                    publish_on(&conn, "s", None, b"one", 10).await?;
+                    publish_on(&conn, "s", Some("k"), b"two", 11).await?;
+                    save_offset_on(&conn, "s", "c", 1).await?;
+                    Ok(())
+                })
+            })
+            .await
+            .unwrap();
+            let marker = sql_rows(&v1, "SELECT value FROM meta").await;
+            assert_eq!(marker, ["Text(\"localstream.v1\")"]);
+            v1.close_for_test();
+        }
+        let s = StreamStore::open(dir.path(), StoreOptions::default())
+            .await
+            .unwrap();
+        let events = s.read_since("s", 0, 10, 1 << 20).await.unwrap();
+        assert_eq!(
+            events
+                .iter()
+                .map(|e| (e.offset, e.key.clone(), e.payload.clone(), e.created_at))
+                .collect::<Vec<_>>(),
+            [
+                (1, None, b"one".to_vec(), 10),
+                (2, Some("k".into()), b"two".to_vec(), 11)
+            ]
+        );
+        assert_eq!(s.get_offset("s", "c").await.unwrap(), Some(1));
+        assert_eq!(s.publish("s", None, b"three", 12).await.unwrap(), 3);
+        let marker = sql_rows(&s.store, "SELECT value FROM meta WHERE key = 'format'").await;
+        assert_eq!(marker, ["Text(\"localstream.v2\")"]);
+        let id = uuid::Uuid::parse_str(&s.relay.store_id).unwrap();
+        assert_eq!(id.get_version_num(), 4);
+        // The same schema as a file made as v2.
+        let fresh_dir = tempfile::tempdir().unwrap();
+        let fresh = StreamStore::open(fresh_dir.path(), StoreOptions::default())
+            .await
+            .unwrap();
+        let schema = "SELECT type, name, tbl_name, sql FROM sqlite_schema ORDER BY name";
+        let upgraded = sql_rows(&s.store, schema).await;
+        assert_eq!(upgraded, sql_rows(&fresh.store, schema).await);
+        for object in ["relay", "idx_relay_queue", "schedules"] {
+            assert!(
+                upgraded
+                    .iter()
+                    .any(|r| r.contains(&format!("Text(\"{object}\")"))),
+                "{object}: {upgraded:?}"
+            );
+        }
+        assert_ne!(s.relay.store_id, fresh.relay.store_id);
+        // Transactions send through it.
+        let mut tx: Box<dyn TxEngine> = Box::new(s.begin_tx().await.unwrap());
+        tx.enqueue("q", &[text("after")], &Stamp::plain(0), 0)
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        let q = s.relay.queues.get("q").await.unwrap();
+        assert_eq!(claim_all(&q).await, [text("after")]);
+        // A host that knows only v1 refuses the file and leaves it alone.
+        s.store.close_for_test();
+        match open_store(&path, &FORMAT_V1, StoreOptions::default()).await {
+            Err(AlkError::StoreSetup { found, .. }) => {
+                assert_eq!(found.as_deref(), Some("localstream.v2"))
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn schedules_keep_every_option_and_refuse_a_v1_queue() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = quiet(dir.path()).await;
+        let row = ScheduleRow {
+            name: "full".into(),
+            spec: "@every 5m".into(),
+            every_ms: 300_000,
+            queue: "jobs".into(),
+            payload: Payload::Json("{\"a\":1}".into()),
+            options: SendOptions {
+                priority: Some(-3),
+                delay_ms: Some(7),
+                run_at_ms: None,
+                max_attempts: Some(4),
+                backoff_base_ms: Some(250),
+                expires_in_ms: Some(60_000),
+                group: Some("g".into()),
+            },
+            next_due: 1_234,
+        };
+        s.put(&row).await.unwrap();
+        assert_eq!(s.get("full").await.unwrap(), Some(row.clone()));
+        let mut other = row.clone();
+        other.name = "bare".into();
+        other.payload = text("t");
+        other.options = SendOptions {
+            run_at_ms: Some(99),
+            ..SendOptions::default()
+        };
+        s.put(&other).await.unwrap();
+        assert_eq!(s.list().await.unwrap(), [other.clone(), row.clone()]);
+        // Firing: the stamps' jobs, once; a stale boundary does nothing.
+        let mut stamp = Stamp::plain(2_000);
+        stamp.group = Some("g".into());
+        assert!(
+            s.fire("full", 1_234, 301_234, &[stamp.clone(), stamp], 2_000)
+                .await
+                .unwrap()
+        );
+        assert!(
+            !s.fire("full", 1_234, 601_234, &[Stamp::plain(0)], 2_000)
+                .await
+                .unwrap()
+        );
+        assert_eq!(s.get("full").await.unwrap().unwrap().next_due, 301_234);
+        let jobs = s.relay.queues.get("jobs").await.unwrap();
+        let got = jobs.claim(10, 100_000, 2_000, None).await.unwrap();
+        // A group has one message in flight at a time.
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].group.as_deref(), Some("g"));
+        assert!(s.remove("full").await.unwrap());
+        assert!(!s.remove("full").await.unwrap());
+        // A v1 queue cannot take scheduled jobs.
+        let v1 = StoreOptions {
+            new_queues: NewQueues::V1,
+            ..StoreOptions::default()
+        };
+        QueueStore::open(dir.path(), "old", v1).await.unwrap();
+        let mut to_old = row.clone();
+        to_old.queue = "old".into();
+        match s.put(&to_old).await {
+            Err(AlkError::InvalidArgument(m)) => {
+                assert!(m.contains("alk-host migrate queue old"), "{m}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn relay_and_schedule_statements_use_their_indexes() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = quiet(dir.path()).await;
+        for (sql, index) in [
+            (RELAY_PAGE, "idx_relay_queue"),
+            (RELAY_NEXT_QUEUE, "idx_relay_queue"),
+            (RELAY_DONE, "idx_relay_queue"),
+        ] {
+            let plan = s
+                .store
+                .run(|conn: Connection| {
+                    Box::pin(async move {
+                        let params: Vec<Value> = match sql {
+                            RELAY_NEXT_QUEUE => vec![Value::Text("q".into())],
+                            _ => vec![Value::Text("q".into()), Value::Integer(10)],
+                        };
+                        let mut rows = conn
+                            .query(&format!("EXPLAIN QUERY PLAN {sql}"), params)
+                            .await?;
+                        let mut plan = Vec::new();
+                        while let Some(row) = rows.next().await? {
+                            plan.push(row.get::<String>(3)?);
+                        }
+                        Ok(plan.join(" | "))
+                    })
+                })
+                .await
+                .unwrap();
+            assert!(plan.contains(index), "{sql}: {plan}");
+            assert!(!plan.contains("TEMP B-TREE"), "{sql}: {plan}");
+        }
     }
 }

@@ -14,6 +14,7 @@ use crate::error::AlkResult;
 use crate::kv::KvEngine;
 use crate::lock::LockEngine;
 use crate::queue::QueueEngine;
+use crate::schedule::ScheduleEngine;
 use crate::stream::StreamEngine;
 use crate::wake::Wakes;
 
@@ -35,6 +36,9 @@ pub trait Engine: Send + Sync + 'static {
 
     /// The locks (all of them live in one store per engine).
     async fn locks(&self) -> AlkResult<Arc<dyn LockEngine>>;
+
+    /// The schedules (all of them live in one store per engine).
+    async fn schedules(&self) -> AlkResult<Arc<dyn ScheduleEngine>>;
 
     /// The wakes of this engine's stores in this process, carried to the
     /// other processes that use the same stores.

@@ -50,6 +50,14 @@ pub enum AlkError {
         /// Detail.
         message: String,
     },
+    /// A schedule spec is not one alk understands (only
+    /// `@every <n><s|m|h|d>`); the text says why.
+    #[error("invalid schedule spec: {0}")]
+    InvalidSpec(String),
+    /// A schedule runner lost the scheduler's leadership (its lock expired
+    /// or was taken before it renewed it); another runner may be firing.
+    #[error("scheduler leadership lost: {0}")]
+    LeadershipLost(String),
     /// An unexpected failure of the engine or the file system.
     #[error("internal error: {0}")]
     Internal(String),

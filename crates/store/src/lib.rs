@@ -8,10 +8,12 @@
 //! - the clock and the one place TTLs and deadlines are computed ([`time`]);
 //! - wakes: topics, the transport trait that carries them to other
 //!   processes, and the wait loop ([`wake`]);
-//! - per capability — [`kv`], [`queue`], [`stream`], [`lock`], [`notify`] —
+//! - per capability — [`kv`], [`queue`], [`stream`], [`lock`], [`notify`],
+//!   [`outbox`], [`schedule`] —
 //!   its domain types, the trait an engine implements, and the type every
 //!   guest call goes through, which checks arguments, computes times,
-//!   waits, signals wakes after commits and runs transactions;
+//!   waits, signals wakes after commits;
+//! - transactions across streams, queues, outboxes and channels ([`tx`]);
 //! - [`Engine`], what a storage engine provides, an in-memory engine
 //!   ([`memory`]) and the behaviour suite every engine must pass
 //!   ([`conformance`]).
@@ -31,9 +33,12 @@ pub mod lock;
 pub mod memory;
 pub mod names;
 pub mod notify;
+pub mod outbox;
 pub mod queue;
+pub mod schedule;
 pub mod stream;
 pub mod time;
+pub mod tx;
 pub mod wake;
 
 pub use engine::Engine;

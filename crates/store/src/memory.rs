@@ -19,7 +19,8 @@ use crate::kv::KvEngine;
 use crate::limits::page;
 use crate::lock::{Acquired, Holder, LockEngine};
 use crate::queue::{Delivery, Payload, QueueEngine, Settled};
-use crate::stream::{Event, StreamEngine, StreamTxEngine, TxFailure};
+use crate::schedule::{ScheduleEngine, ScheduleRow};
+use crate::stream::{Event, StreamEngine, TxEngine, TxFailure};
 use crate::wake::Wakes;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -33,21 +34,37 @@ fn live(expires_at: Option<i64>, now: i64) -> bool {
 /// The in-memory engine.
 pub struct MemoryEngine {
     buckets: Mutex<HashMap<String, Arc<MemBucket>>>,
-    queues: Mutex<HashMap<String, Arc<MemQueue>>>,
+    queues: Queues,
     streams: Arc<MemStreams>,
     locks: Arc<MemLocks>,
+    schedules: Arc<MemSchedules>,
     wakes: Wakes,
+}
+
+/// Every queue of the engine, shared with the transactions and schedules
+/// that send to them.
+type Queues = Arc<Mutex<HashMap<String, Arc<MemQueue>>>>;
+
+fn queue_of(queues: &Queues, name: &str) -> Arc<MemQueue> {
+    lock(queues).entry(name.to_string()).or_default().clone()
 }
 
 impl Default for MemoryEngine {
     fn default() -> Self {
+        let queues: Queues = Default::default();
         MemoryEngine {
             buckets: Default::default(),
-            queues: Default::default(),
+            queues: queues.clone(),
             streams: Arc::new(MemStreams {
-                state: Arc::new(tokio::sync::Mutex::new(StreamState::default())),
+                writer: Default::default(),
+                state: Default::default(),
+                queues: queues.clone(),
             }),
             locks: Default::default(),
+            schedules: Arc::new(MemSchedules {
+                rows: Default::default(),
+                queues,
+            }),
             wakes: Wakes::local(),
         }
     }
@@ -70,10 +87,7 @@ impl Engine for MemoryEngine {
     }
 
     async fn queue(&self, name: &str) -> AlkResult<Arc<dyn QueueEngine>> {
-        Ok(lock(&self.queues)
-            .entry(name.to_string())
-            .or_default()
-            .clone())
+        Ok(queue_of(&self.queues, name))
     }
 
     async fn streams(&self) -> AlkResult<Arc<dyn StreamEngine>> {
@@ -82,6 +96,10 @@ impl Engine for MemoryEngine {
 
     async fn locks(&self) -> AlkResult<Arc<dyn LockEngine>> {
         Ok(self.locks.clone())
+    }
+
+    async fn schedules(&self) -> AlkResult<Arc<dyn ScheduleEngine>> {
+        Ok(self.schedules.clone())
     }
 
     fn wakes(&self) -> AlkResult<Wakes> {
@@ -279,6 +297,37 @@ enum Pick {
 }
 
 impl QueueState {
+    fn send(&mut self, payloads: &[Payload], stamp: &Stamp, now: i64) -> Vec<i64> {
+        let q = self;
+        let mut ids = Vec::new();
+        if let Some(g) = &stamp.group {
+            q.join(g, stamp.priority);
+        }
+        for p in payloads {
+            q.next_id += 1;
+            let id = q.next_id;
+            q.msgs.insert(
+                id,
+                Msg {
+                    payload: p.clone(),
+                    enqueued_at: now,
+                    visible_at: stamp.due_at,
+                    ready_at: stamp.due_at,
+                    attempt: 0,
+                    receipt: None,
+                    priority: stamp.priority,
+                    group: stamp.group.clone(),
+                    max_attempts: stamp.max_attempts,
+                    backoff_base_ms: stamp.backoff_base_ms,
+                    expires_at: stamp.expires_at,
+                    last_error: None,
+                },
+            );
+            ids.push(id);
+        }
+        ids
+    }
+
     /// The message of a current receipt: `Ok(id)`, or how the receipt
     /// settles without one.
     fn current(&self, receipt: &str) -> Result<i64, Settled> {
@@ -425,34 +474,7 @@ impl QueueState {
 #[async_trait]
 impl QueueEngine for MemQueue {
     async fn send(&self, payloads: &[Payload], stamp: &Stamp, now: i64) -> AlkResult<Vec<i64>> {
-        let mut q = lock(&self.0);
-        let mut ids = Vec::new();
-        if let Some(g) = &stamp.group {
-            q.join(g, stamp.priority);
-        }
-        for p in payloads {
-            q.next_id += 1;
-            let id = q.next_id;
-            q.msgs.insert(
-                id,
-                Msg {
-                    payload: p.clone(),
-                    enqueued_at: now,
-                    visible_at: stamp.due_at,
-                    ready_at: stamp.due_at,
-                    attempt: 0,
-                    receipt: None,
-                    priority: stamp.priority,
-                    group: stamp.group.clone(),
-                    max_attempts: stamp.max_attempts,
-                    backoff_base_ms: stamp.backoff_base_ms,
-                    expires_at: stamp.expires_at,
-                    last_error: None,
-                },
-            );
-            ids.push(id);
-        }
-        Ok(ids)
+        Ok(lock(&self.0).send(payloads, stamp, now))
     }
 
     async fn claim(
@@ -750,10 +772,12 @@ impl StreamState {
     }
 }
 
-/// The streams; a transaction holds the state for its whole life, like a
-/// store's write lock.
+/// The streams. A transaction holds the writer lock for its whole life,
+/// like a store's write lock; reads do not wait for it.
 struct MemStreams {
-    state: Arc<tokio::sync::Mutex<StreamState>>,
+    writer: Arc<tokio::sync::Mutex<()>>,
+    state: Arc<Mutex<StreamState>>,
+    queues: Queues,
 }
 
 #[async_trait]
@@ -765,7 +789,8 @@ impl StreamEngine for MemStreams {
         payload: &[u8],
         now: i64,
     ) -> AlkResult<u64> {
-        Ok(self.state.lock().await.publish(stream, key, payload, now))
+        let _writer = self.writer.lock().await;
+        Ok(lock(&self.state).publish(stream, key, payload, now))
     }
 
     async fn publish_batch(
@@ -774,7 +799,8 @@ impl StreamEngine for MemStreams {
         events: &[(Option<String>, Vec<u8>)],
         now: i64,
     ) -> AlkResult<Vec<u64>> {
-        let mut s = self.state.lock().await;
+        let _writer = self.writer.lock().await;
+        let mut s = lock(&self.state);
         Ok(events
             .iter()
             .map(|(k, p)| s.publish(stream, k.as_deref(), p, now))
@@ -788,7 +814,7 @@ impl StreamEngine for MemStreams {
         limit: u32,
         max_bytes: usize,
     ) -> AlkResult<Vec<Event>> {
-        let s = self.state.lock().await;
+        let s = lock(&self.state);
         let Some(events) = s.events.get(stream) else {
             return Ok(Vec::new());
         };
@@ -797,21 +823,20 @@ impl StreamEngine for MemStreams {
     }
 
     async fn save_offset(&self, stream: &str, consumer: &str, offset: u64) -> AlkResult<()> {
-        self.state.lock().await.save(stream, consumer, offset)
+        let _writer = self.writer.lock().await;
+        lock(&self.state).save(stream, consumer, offset)
     }
 
     async fn get_offset(&self, stream: &str, consumer: &str) -> AlkResult<Option<u64>> {
-        Ok(self
-            .state
-            .lock()
-            .await
+        Ok(lock(&self.state)
             .offsets
             .get(&(stream.to_string(), consumer.to_string()))
             .copied())
     }
 
     async fn trim_to(&self, stream: &str, horizon: u64) -> AlkResult<u64> {
-        let mut s = self.state.lock().await;
+        let _writer = self.writer.lock().await;
+        let mut s = lock(&self.state);
         let Some(events) = s.events.get_mut(stream) else {
             return Ok(0);
         };
@@ -821,21 +846,32 @@ impl StreamEngine for MemStreams {
         Ok(trimmed)
     }
 
-    async fn begin(&self) -> AlkResult<Box<dyn StreamTxEngine>> {
-        let guard = self.state.clone().lock_owned().await;
-        let work = guard.clone();
-        Ok(Box::new(MemTx { guard, work }))
+    async fn begin(&self) -> AlkResult<Box<dyn TxEngine>> {
+        let guard = self.writer.clone().lock_owned().await;
+        let work = lock(&self.state).clone();
+        Ok(Box::new(MemTx {
+            guard,
+            state: self.state.clone(),
+            work,
+            sends: Vec::new(),
+            queues: self.queues.clone(),
+        }))
     }
 }
 
-/// A transaction: works on a copy, which replaces the state at commit.
+/// A transaction: works on a copy of the streams, which replaces them at
+/// commit, and keeps its sends until then (held under the streams' lock,
+/// so transactions commit one at a time).
 struct MemTx {
-    guard: OwnedMutexGuard<StreamState>,
+    guard: OwnedMutexGuard<()>,
+    state: Arc<Mutex<StreamState>>,
     work: StreamState,
+    sends: Vec<(String, Vec<Payload>, Stamp, i64)>,
+    queues: Queues,
 }
 
 #[async_trait]
-impl StreamTxEngine for MemTx {
+impl TxEngine for MemTx {
     async fn publish(
         &mut self,
         stream: &str,
@@ -857,9 +893,31 @@ impl StreamTxEngine for MemTx {
             .map_err(TxFailure::Refused)
     }
 
+    async fn enqueue(
+        &mut self,
+        queue: &str,
+        payloads: &[Payload],
+        stamp: &Stamp,
+        now: i64,
+    ) -> Result<(), TxFailure> {
+        self.sends
+            .push((queue.to_string(), payloads.to_vec(), stamp.clone(), now));
+        Ok(())
+    }
+
     async fn commit(self: Box<Self>) -> Result<(), String> {
-        let MemTx { mut guard, work } = *self;
-        *guard = work;
+        let MemTx {
+            guard,
+            state,
+            work,
+            sends,
+            queues,
+        } = *self;
+        *lock(&state) = work;
+        for (queue, payloads, stamp, now) in sends {
+            lock(&queue_of(&queues, &queue).0).send(&payloads, &stamp, now);
+        }
+        drop(guard);
         Ok(())
     }
 
@@ -928,5 +986,52 @@ impl LockEngine for MemLocks {
             }),
             _ => None,
         })
+    }
+}
+
+/// The schedules; firing sends to the engine's queues.
+struct MemSchedules {
+    rows: Mutex<BTreeMap<String, ScheduleRow>>,
+    queues: Queues,
+}
+
+#[async_trait]
+impl ScheduleEngine for MemSchedules {
+    async fn put(&self, row: &ScheduleRow) -> AlkResult<()> {
+        lock(&self.rows).insert(row.name.clone(), row.clone());
+        Ok(())
+    }
+
+    async fn remove(&self, name: &str) -> AlkResult<bool> {
+        Ok(lock(&self.rows).remove(name).is_some())
+    }
+
+    async fn get(&self, name: &str) -> AlkResult<Option<ScheduleRow>> {
+        Ok(lock(&self.rows).get(name).cloned())
+    }
+
+    async fn list(&self) -> AlkResult<Vec<ScheduleRow>> {
+        Ok(lock(&self.rows).values().cloned().collect())
+    }
+
+    async fn fire(
+        &self,
+        name: &str,
+        due: i64,
+        next: i64,
+        stamps: &[Stamp],
+        now: i64,
+    ) -> AlkResult<bool> {
+        let mut rows = lock(&self.rows);
+        let Some(row) = rows.get_mut(name).filter(|r| r.next_due == due) else {
+            return Ok(false);
+        };
+        let queue = queue_of(&self.queues, &row.queue);
+        let mut q = lock(&queue.0);
+        for stamp in stamps {
+            q.send(std::slice::from_ref(&row.payload), stamp, now);
+        }
+        row.next_due = next;
+        Ok(true)
     }
 }

@@ -10,7 +10,7 @@ use crate::error::AlkResult;
 use crate::names::check_name;
 use crate::wake::{Check, Topic, Wakes};
 
-fn topic(channel: &str) -> String {
+pub(crate) fn topic(channel: &str) -> String {
     format!("notify.{channel}")
 }
 

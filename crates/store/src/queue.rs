@@ -180,6 +180,11 @@ pub fn check_payload(payload: &Payload) -> AlkResult<()> {
     Ok(())
 }
 
+/// The wake topic of queue `name`.
+pub(crate) fn queue_topic(name: &str) -> String {
+    format!("queue.{name}")
+}
+
 /// A queue, as guests use it.
 #[derive(Clone)]
 pub struct Queue {
@@ -199,11 +204,17 @@ impl Queue {
     /// Opens (creating on first use) queue `name` of `engine`.
     pub async fn open(engine: &dyn Engine, name: &str) -> AlkResult<Queue> {
         check_name("queue", name)?;
+        Self::open_checked(engine, name).await
+    }
+
+    /// Opens a queue whose name the core derived (an outbox's backing
+    /// queue, under the reserved prefix).
+    pub(crate) async fn open_checked(engine: &dyn Engine, name: &str) -> AlkResult<Queue> {
         Ok(Queue {
             name: name.to_string(),
             engine: engine.queue(name).await?,
             wakes: engine.wakes()?,
-            topic: format!("queue.{name}"),
+            topic: queue_topic(name),
         })
     }
 

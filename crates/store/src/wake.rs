@@ -118,6 +118,20 @@ impl Topic {
         self.seq.load(Ordering::SeqCst)
     }
 
+    /// Completes once a signal beyond `seen` (a [`Topic::seq`] reading)
+    /// has arrived.
+    pub async fn changed_since(&self, seen: u64) {
+        loop {
+            let notified = self.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.seq() != seen {
+                return;
+            }
+            notified.await;
+        }
+    }
+
     fn wake(&self) {
         self.seq.fetch_add(1, Ordering::SeqCst);
         self.notify.notify_waiters();

@@ -15,7 +15,7 @@ wit_bindgen::generate!({
     inline: "
         package alk:guest;
         world guest {
-            include alk:store/imports@0.1.1;
+            include alk:store/imports@0.1.2;
             import wasi:clocks/monotonic-clock@0.2.12;
         }
     ",
@@ -26,8 +26,11 @@ wit_bindgen::generate!({
 pub use alk::store::kv;
 pub use alk::store::lock;
 pub use alk::store::notify;
+pub use alk::store::outbox;
 pub use alk::store::queue;
+pub use alk::store::schedule;
 pub use alk::store::stream;
+pub use alk::store::tx;
 pub use alk::store::types::{Error, SetupFailure, TooLarge};
 /// `wasi:io/poll`, to wait on several alk pollables at once.
 pub use wasi::io::poll;

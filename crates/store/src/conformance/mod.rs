@@ -16,7 +16,9 @@ use crate::notify::Channels;
 use crate::queue::{Payload, Queue, Settled};
 use crate::stream::Streams;
 
+mod coord;
 mod jobs;
+pub use coord::*;
 pub use jobs::*;
 
 /// An engine under test, and whatever must live as long as it (a
@@ -60,6 +62,12 @@ macro_rules! conformance_tests {
             jobs_cancel_and_fail,
             jobs_groups_take_turns_one_in_flight_each,
             jobs_claims_look_past_parked_groups_and_count_burials,
+            tx_commit_applies_every_mechanism_at_once,
+            tx_rollback_leaves_nothing_anywhere,
+            tx_refusals_leave_the_transaction_usable,
+            outbox_run_once_acks_success_and_retries_failure,
+            schedules_fire_once_per_boundary_with_bounded_catch_up,
+            scheduler_runners_elect_one_leader_and_report_loss,
         );
     };
     (@cases $make:path; $($case:ident),* $(,)?) => {

@@ -1,0 +1,210 @@
+//! `alk-host schedules`: the scheduler runner as a long-running process,
+//! and a listing of the stored schedules.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use alk_host::{
+    AlkCtx, AlkError, Durability, Engine, RunnerEvent, RunnerOptions, Schedules, SystemClock,
+};
+
+use super::run::{HOST_FAILURE, bare, connect, one_line};
+
+/// Run the scheduler, or list the schedules.
+#[derive(Debug, clap::Args)]
+pub struct SchedulesCommand {
+    #[command(subcommand)]
+    what: What,
+}
+
+/// Which store: a data directory on this machine or a database.
+#[derive(Debug, Clone, clap::Args)]
+struct StoreArgs {
+    /// Where stores live, on this machine [default: .alk].
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+
+    /// Keep the stores in a PostgreSQL database instead (as for `run`)
+    /// [default: $ALK_STORE when --data-dir is not given].
+    #[arg(long, value_name = "URL", conflicts_with = "data_dir")]
+    store: Option<String>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum What {
+    /// Fire the stored schedules until stopped (or for `--for` seconds).
+    ///
+    /// Start it on as many machines or processes as you like: one runner
+    /// leads (it holds the lock `__alkstore_scheduler`) and fires; the
+    /// others stand by and take over within the leadership TTL when the
+    /// leader stops. It prints a line when it starts leading and one per
+    /// firing. Losing the leadership (the process was paused or starved past
+    /// the TTL) is reported on stderr and the runner stands by again.
+    Run {
+        #[command(flatten)]
+        store: StoreArgs,
+
+        /// How long the leadership lasts without renewal, in milliseconds;
+        /// the leader renews at a third of it.
+        #[arg(long, value_name = "MS", default_value_t = alk_host::schedule_defaults::LEADER_TTL_MS,
+              value_parser = clap::value_parser!(u64).range(300..=3_600_000))]
+        leader_ttl_ms: u64,
+
+        /// Most jobs one schedule sends for boundaries missed while no
+        /// runner ran; older ones are skipped.
+        #[arg(long, value_name = "N", default_value_t = alk_host::schedule_defaults::CATCH_UP,
+              value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        catch_up: u32,
+
+        /// Stop after this many seconds, giving the leadership back.
+        #[arg(long = "for", value_name = "SECONDS")]
+        run_for: Option<f64>,
+
+        /// How this runner names itself in the leadership lock [default:
+        /// host name and process id].
+        #[arg(long, value_name = "NAME")]
+        name: Option<String>,
+    },
+    /// Print the stored schedules, one per line: name, spec, queue, next
+    /// boundary (unix epoch milliseconds).
+    List {
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+}
+
+impl StoreArgs {
+    async fn engine(&self) -> wasmtime::Result<Arc<dyn Engine>> {
+        let url = match (&self.data_dir, &self.store) {
+            (Some(_), _) => None,
+            (None, Some(url)) => Some(url.clone()),
+            (None, None) => std::env::var("ALK_STORE").ok().filter(|s| !s.is_empty()),
+        };
+        Ok(match url {
+            Some(url) => Arc::new(connect(&url, Durability::Full).await?),
+            None => AlkCtx::builder()
+                .data_dir(
+                    self.data_dir
+                        .clone()
+                        .unwrap_or_else(|| PathBuf::from(".alk")),
+                )
+                .build()
+                .engine()
+                .clone(),
+        })
+    }
+}
+
+fn runner_name() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "host".into());
+    format!("{host}:{}", std::process::id())
+}
+
+impl SchedulesCommand {
+    /// Runs the command; the process exit code.
+    pub fn execute(self) -> ExitCode {
+        let runtime = match tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+        {
+            Ok(rt) => rt,
+            Err(e) => {
+                eprintln!("alk-host: error: {e}");
+                return ExitCode::from(HOST_FAILURE);
+            }
+        };
+        match runtime.block_on(self.run()) {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("alk-host: error: {}", one_line(&e));
+                ExitCode::from(HOST_FAILURE)
+            }
+        }
+    }
+
+    async fn run(self) -> wasmtime::Result<ExitCode> {
+        match self.what {
+            What::List { store } => {
+                let engine = store.engine().await?;
+                let schedules = Schedules::open(&*engine).await.map_err(err)?;
+                for row in schedules.list().await.map_err(err)? {
+                    println!(
+                        "{}\t{}\t{}\t{}",
+                        row.name, row.spec, row.queue, row.next_due
+                    );
+                }
+                Ok(ExitCode::SUCCESS)
+            }
+            What::Run {
+                store,
+                leader_ttl_ms,
+                catch_up,
+                run_for,
+                name,
+            } => {
+                let stop_at = match run_for {
+                    Some(s) if s.is_finite() && s > 0.0 && s <= 31_536_000.0 => {
+                        Some(tokio::time::Instant::now() + Duration::from_secs_f64(s))
+                    }
+                    Some(s) => wasmtime::bail!(
+                        "--for {s} is not a number of seconds from 0.001 to 31536000"
+                    ),
+                    None => None,
+                };
+                let engine = store.engine().await?;
+                let schedules = Schedules::open(&*engine).await.map_err(err)?;
+                let owner = name.unwrap_or_else(runner_name);
+                let hook_owner = owner.clone();
+                let options = RunnerOptions {
+                    owner: owner.clone(),
+                    leader_ttl_ms,
+                    catch_up,
+                    events: Some(Arc::new(move |event: &RunnerEvent| match event {
+                        RunnerEvent::Leading(token) => {
+                            println!("leading as {hook_owner} (token {token})");
+                        }
+                        RunnerEvent::Fired {
+                            schedule,
+                            queue,
+                            jobs,
+                        } => println!("fired {schedule}: {jobs} job(s) to {queue}"),
+                    })),
+                    ..RunnerOptions::default()
+                };
+                println!("runner {owner} started on {}", engine.describe());
+                loop {
+                    let stop = async {
+                        match stop_at {
+                            Some(at) => tokio::time::sleep_until(at).await,
+                            None => std::future::pending().await,
+                        }
+                    };
+                    match schedules.run(&options, Arc::new(SystemClock), stop).await {
+                        Ok(report) => {
+                            println!(
+                                "runner {owner} stopped: {} job(s) fired{}",
+                                report.fired,
+                                if report.led { "" } else { ", never led" }
+                            );
+                            engine.flush().await;
+                            return Ok(ExitCode::SUCCESS);
+                        }
+                        Err(AlkError::LeadershipLost(m)) => {
+                            eprintln!("alk-host: warning: leadership lost: {m}; standing by");
+                        }
+                        Err(e) => return Err(err(e)),
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn err(e: AlkError) -> wasmtime::Error {
+    wasmtime::format_err!("{}", bare(e))
+}

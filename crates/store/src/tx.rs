@@ -1,0 +1,399 @@
+//! Transactions across mechanisms: publishes, offset saves, sends to queues
+//! and outboxes, and notifications that take effect together at commit, or
+//! not at all.
+//!
+//! The core keeps the state machine (not started → open → finished or
+//! aborted), the watchdog, the checks of every argument, the resolution of
+//! send options and the wakes after commit; notifications are held back
+//! until the commit succeeded. An engine's [`TxEngine`] only applies
+//! checked operations and commits them atomically — how it does that across
+//! its stores is its own business (see `docs/architecture.md`).
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::error::{AlkError, AlkResult};
+use crate::jobs::{SendOptions, Stamp};
+use crate::limits::check_batch;
+use crate::names::check_name;
+use crate::queue::{Payload, check_payload, queue_topic};
+use crate::stream::{Streams, check_offset, check_save, topic as stream_topic};
+
+/// Why an operation inside a transaction failed.
+#[derive(Debug)]
+pub enum TxFailure {
+    /// The request was refused before anything was written: the
+    /// transaction goes on.
+    Refused(AlkError),
+    /// The engine failed; the transaction was rolled back. Why.
+    Failed(String),
+}
+
+/// An engine's open transaction. It begins on the store of the streams;
+/// sends to queues made in it must become claimable exactly when it
+/// commits and never if it rolls back.
+#[async_trait]
+pub trait TxEngine: Send {
+    /// Appends an event inside the transaction; its offset.
+    async fn publish(
+        &mut self,
+        stream: &str,
+        key: Option<&str>,
+        payload: &[u8],
+        now: i64,
+    ) -> Result<u64, TxFailure>;
+
+    /// Saves a consumer offset inside the transaction (rules of
+    /// [`crate::stream::StreamEngine::save_offset`]).
+    async fn save_offset(
+        &mut self,
+        stream: &str,
+        consumer: &str,
+        offset: u64,
+    ) -> Result<(), TxFailure>;
+
+    /// Sends `payloads` to queue `queue` (a checked name; it may be an
+    /// outbox's reserved backing queue) with `stamp`, inside the
+    /// transaction.
+    async fn enqueue(
+        &mut self,
+        queue: &str,
+        payloads: &[Payload],
+        stamp: &Stamp,
+        now: i64,
+    ) -> Result<(), TxFailure>;
+
+    /// Makes everything durable and visible; on failure nothing is, and the
+    /// error says why.
+    async fn commit(self: Box<Self>) -> Result<(), String>;
+
+    /// Discards everything.
+    async fn rollback(self: Box<Self>);
+}
+
+/// Where a transaction stands.
+enum TxState {
+    /// No operation yet: nothing held.
+    NotStarted,
+    /// Begun in the engine; the watchdog rolls it back when held too long.
+    Open(Box<dyn TxEngine>, tokio::task::AbortHandle),
+    /// Committed or rolled back by its owner.
+    Finished,
+    /// Rolled back by the host; the reason.
+    Aborted(String),
+}
+
+/// What to wake once the transaction has committed.
+#[derive(Default)]
+struct AfterCommit {
+    /// Wake topics (streams published to, queues sent to), each once.
+    topics: Vec<String>,
+    /// Channels notified, each once, in the order first notified.
+    channels: Vec<String>,
+}
+
+impl AfterCommit {
+    fn add(list: &mut Vec<String>, item: String) {
+        if !list.contains(&item) {
+            list.push(item);
+        }
+    }
+}
+
+/// A transaction: publishes, offset saves, queue and outbox sends and
+/// notifications made in it take effect together at [`Tx::commit`], or not
+/// at all.
+///
+/// It may hold the write lock of the streams' store from its first
+/// operation until commit or rollback, which blocks every other writer of
+/// that store (in every process), so the host rolls it back once it has
+/// been open for [`crate::StreamLimits::max_transaction`]. Dropping it
+/// without committing rolls it back.
+pub struct Tx {
+    streams: Streams,
+    state: Arc<tokio::sync::Mutex<TxState>>,
+    after: std::sync::Mutex<AfterCommit>,
+}
+
+impl std::fmt::Debug for Tx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tx").finish_non_exhaustive()
+    }
+}
+
+/// One operation inside a transaction.
+enum TxOp<'a> {
+    Publish {
+        stream: &'a str,
+        key: Option<&'a str>,
+        payload: &'a [u8],
+        now: i64,
+    },
+    SaveOffset {
+        stream: &'a str,
+        consumer: &'a str,
+        offset: u64,
+    },
+    Enqueue {
+        queue: &'a str,
+        payloads: &'a [Payload],
+        stamp: &'a Stamp,
+        now: i64,
+    },
+}
+
+impl Tx {
+    pub(crate) fn new(streams: Streams) -> Tx {
+        Tx {
+            streams,
+            state: Arc::new(tokio::sync::Mutex::new(TxState::NotStarted)),
+            after: Default::default(),
+        }
+    }
+
+    fn after(&self) -> std::sync::MutexGuard<'_, AfterCommit> {
+        self.after.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs `op` in the engine's transaction, beginning it if needed; a
+    /// publish's offset. An engine failure ends the transaction (rolled
+    /// back, `transaction-aborted`).
+    async fn apply(&self, op: TxOp<'_>) -> AlkResult<u64> {
+        let mut state = self.state.lock().await;
+        if let Some(e) = Self::finished(&state) {
+            return Err(e);
+        }
+        if matches!(*state, TxState::NotStarted) {
+            let tx = self.streams.engine().begin().await?;
+            *state = TxState::Open(tx, self.arm_watchdog());
+        }
+        let TxState::Open(tx, _) = &mut *state else {
+            unreachable!("begun above")
+        };
+        let result = match op {
+            TxOp::Publish {
+                stream,
+                key,
+                payload,
+                now,
+            } => tx.publish(stream, key, payload, now).await,
+            TxOp::SaveOffset {
+                stream,
+                consumer,
+                offset,
+            } => tx.save_offset(stream, consumer, offset).await.map(|()| 0),
+            TxOp::Enqueue {
+                queue,
+                payloads,
+                stamp,
+                now,
+            } => tx.enqueue(queue, payloads, stamp, now).await.map(|()| 0),
+        };
+        match result {
+            Ok(v) => Ok(v),
+            // A refused request wrote nothing: the transaction goes on.
+            Err(TxFailure::Refused(e)) => Err(e),
+            Err(TxFailure::Failed(why)) => {
+                if let TxState::Open(_, watchdog) =
+                    std::mem::replace(&mut *state, TxState::Finished)
+                {
+                    watchdog.abort();
+                }
+                let why = format!("an operation failed and the transaction was rolled back: {why}");
+                *state = TxState::Aborted(why.clone());
+                Err(AlkError::TransactionAborted(why))
+            }
+        }
+    }
+
+    /// The error of an operation on a finished transaction, if it is one.
+    fn finished(state: &TxState) -> Option<AlkError> {
+        match state {
+            TxState::Finished => Some(AlkError::InvalidArgument(
+                "the transaction is already finished".into(),
+            )),
+            TxState::Aborted(why) => Some(AlkError::TransactionAborted(why.clone())),
+            _ => None,
+        }
+    }
+
+    /// Rolls the transaction back once it has been open too long; the task
+    /// is aborted when the transaction ends first.
+    fn arm_watchdog(&self) -> tokio::task::AbortHandle {
+        let state = Arc::downgrade(&self.state);
+        let limit = self.streams.limits().max_transaction;
+        tokio::spawn(async move {
+            tokio::time::sleep(limit).await;
+            let Some(state) = state.upgrade() else { return };
+            let mut state = state.lock().await;
+            if !matches!(*state, TxState::Open(..)) {
+                return;
+            }
+            if let TxState::Open(tx, _) = std::mem::replace(&mut *state, TxState::Finished) {
+                tx.rollback().await;
+                *state = TxState::Aborted(format!(
+                    "the transaction was open longer than {limit:?} and was rolled back"
+                ));
+            }
+        })
+        .abort_handle()
+    }
+
+    /// Appends an event inside the transaction; its offset.
+    pub async fn publish(
+        &self,
+        stream: &str,
+        key: Option<&str>,
+        payload: &[u8],
+        now: i64,
+    ) -> AlkResult<u64> {
+        self.streams.check_publish(stream, key, payload)?;
+        let offset = self
+            .apply(TxOp::Publish {
+                stream,
+                key,
+                payload,
+                now,
+            })
+            .await?;
+        AfterCommit::add(&mut self.after().topics, stream_topic(stream));
+        Ok(offset)
+    }
+
+    /// Saves a consumer offset inside the transaction.
+    pub async fn save_offset(&self, stream: &str, consumer: &str, offset: u64) -> AlkResult<()> {
+        check_save(stream, consumer)?;
+        check_offset("offset", offset)?;
+        self.apply(TxOp::SaveOffset {
+            stream,
+            consumer,
+            offset,
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// Sends `payloads` to queue `queue` with `options` (resolved at `now`)
+    /// inside the transaction: the messages become claimable when it
+    /// commits.
+    pub async fn enqueue(
+        &self,
+        queue: &str,
+        payloads: &[Payload],
+        options: &SendOptions,
+        now: i64,
+    ) -> AlkResult<()> {
+        check_name("queue", queue)?;
+        self.enqueue_to(queue, payloads, options, now).await
+    }
+
+    /// [`Tx::enqueue`] to the backing queue of outbox `outbox`.
+    pub async fn outbox_enqueue(
+        &self,
+        outbox: &str,
+        payloads: &[Payload],
+        options: &SendOptions,
+        now: i64,
+    ) -> AlkResult<()> {
+        let queue = crate::outbox::backing_queue(outbox)?;
+        self.enqueue_to(&queue, payloads, options, now).await
+    }
+
+    async fn enqueue_to(
+        &self,
+        queue: &str,
+        payloads: &[Payload],
+        options: &SendOptions,
+        now: i64,
+    ) -> AlkResult<()> {
+        check_batch("payloads", payloads.len())?;
+        let stamp = Stamp::resolve(options, now)?;
+        payloads.iter().try_for_each(check_payload)?;
+        if payloads.is_empty() {
+            return Ok(());
+        }
+        self.apply(TxOp::Enqueue {
+            queue,
+            payloads,
+            stamp: &stamp,
+            now,
+        })
+        .await?;
+        AfterCommit::add(&mut self.after().topics, queue_topic(queue));
+        Ok(())
+    }
+
+    /// Notifies `channel` when (and only if) the transaction commits. Takes
+    /// no lock and writes nothing.
+    pub async fn notify(&self, channel: &str) -> AlkResult<()> {
+        check_name("channel", channel)?;
+        if let Some(e) = Self::finished(&*self.state.lock().await) {
+            return Err(e);
+        }
+        AfterCommit::add(&mut self.after().channels, channel.to_string());
+        Ok(())
+    }
+
+    /// Makes everything done in the transaction durable and visible, then
+    /// wakes the waiters of the streams and queues written and sends the
+    /// notifications.
+    pub async fn commit(&self) -> AlkResult<()> {
+        let mut state = self.state.lock().await;
+        let committed = match std::mem::replace(&mut *state, TxState::Finished) {
+            TxState::NotStarted => Ok(()),
+            TxState::Open(tx, watchdog) => {
+                watchdog.abort();
+                tx.commit().await.map_err(|e| {
+                    let why = format!("commit failed and the transaction was rolled back: {e}");
+                    *state = TxState::Aborted(why.clone());
+                    AlkError::TransactionAborted(why)
+                })
+            }
+            TxState::Finished => Err(AlkError::InvalidArgument(
+                "the transaction is already finished".into(),
+            )),
+            TxState::Aborted(why) => {
+                *state = TxState::Aborted(why.clone());
+                Err(AlkError::TransactionAborted(why))
+            }
+        };
+        let after = std::mem::take(&mut *self.after());
+        if committed.is_ok() {
+            let wakes = self.streams.wakes();
+            for topic in after.topics {
+                wakes.signal(&topic);
+            }
+            for channel in after.channels {
+                wakes.signal(&crate::notify::topic(&channel));
+            }
+        }
+        committed
+    }
+
+    /// Discards everything done in the transaction and finishes it.
+    pub async fn rollback(&self) {
+        let mut state = self.state.lock().await;
+        if let TxState::Open(tx, watchdog) = std::mem::replace(&mut *state, TxState::Finished) {
+            watchdog.abort();
+            tx.rollback().await;
+        }
+        *self.after() = AfterCommit::default();
+    }
+}
+
+impl Drop for Tx {
+    fn drop(&mut self) {
+        // Dropped while open (a guest that trapped or was torn down): roll
+        // back on the runtime, since a drop cannot wait.
+        let Ok(mut state) = self.state.try_lock() else {
+            return;
+        };
+        if let TxState::Open(tx, watchdog) = std::mem::replace(&mut *state, TxState::Finished) {
+            watchdog.abort();
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(tx.rollback());
+            }
+        }
+    }
+}

@@ -1,0 +1,161 @@
+//! Host glue of the `tx` interface: translates, then calls
+//! [`alk_store::tx::Tx`], which checks every operation, runs the engine's
+//! transaction and sends the notifications after commit.
+
+use std::sync::Arc;
+
+use wasmtime::component::Resource;
+
+use alk_store::AlkError;
+use alk_store::tx::Tx;
+
+use crate::bindings::alk::store::queue::{Payload, SendOptions};
+use crate::bindings::alk::store::tx;
+use crate::ctx::{AlkCtxView, Slot};
+use crate::error::CallError;
+use crate::queue::{options, to_store};
+
+/// A transaction, as held in the instance's resource table. The store
+/// transaction is created at the first operation.
+#[derive(Debug)]
+pub struct Transaction {
+    tx: Option<Arc<Tx>>,
+    /// Rolled back before it did anything: finished all the same.
+    finished: bool,
+    _slot: Slot,
+}
+
+capability_linker!("tx", tx);
+
+impl tx::Host for AlkCtxView<'_> {}
+
+impl AlkCtxView<'_> {
+    /// The transaction behind `t`, started on first use.
+    async fn tx(&mut self, t: &Resource<Transaction>) -> Result<Arc<Tx>, CallError> {
+        let held = self.table.get(t)?;
+        if let Some(existing) = &held.tx {
+            return Ok(existing.clone());
+        }
+        if held.finished {
+            return Err(
+                AlkError::InvalidArgument("the transaction is already finished".into()).into(),
+            );
+        }
+        let started = Arc::new(self.ctx.streams().await?.transaction());
+        self.table.get_mut(t)?.tx = Some(started.clone());
+        Ok(started)
+    }
+}
+
+impl tx::HostTransaction for AlkCtxView<'_> {
+    async fn new(&mut self) -> wasmtime::Result<Resource<Transaction>> {
+        let slot = self.ctx.slot("transaction")?;
+        Ok(self.table.push(Transaction {
+            tx: None,
+            finished: false,
+            _slot: slot,
+        })?)
+    }
+
+    async fn publish(
+        &mut self,
+        t: Resource<Transaction>,
+        stream: String,
+        payload: Vec<u8>,
+    ) -> Result<u64, CallError> {
+        let now = self.ctx.now();
+        Ok(self
+            .tx(&t)
+            .await?
+            .publish(&stream, None, &payload, now)
+            .await?)
+    }
+
+    async fn publish_with_key(
+        &mut self,
+        t: Resource<Transaction>,
+        stream: String,
+        key: String,
+        payload: Vec<u8>,
+    ) -> Result<u64, CallError> {
+        let now = self.ctx.now();
+        Ok(self
+            .tx(&t)
+            .await?
+            .publish(&stream, Some(&key), &payload, now)
+            .await?)
+    }
+
+    async fn save_offset(
+        &mut self,
+        t: Resource<Transaction>,
+        stream: String,
+        consumer: String,
+        offset: u64,
+    ) -> Result<(), CallError> {
+        Ok(self
+            .tx(&t)
+            .await?
+            .save_offset(&stream, &consumer, offset)
+            .await?)
+    }
+
+    async fn enqueue(
+        &mut self,
+        t: Resource<Transaction>,
+        queue: String,
+        payloads: Vec<Payload>,
+        opts: SendOptions,
+    ) -> Result<(), CallError> {
+        let now = self.ctx.now();
+        let payloads: Vec<_> = payloads.into_iter().map(to_store).collect();
+        Ok(self
+            .tx(&t)
+            .await?
+            .enqueue(&queue, &payloads, &options(opts), now)
+            .await?)
+    }
+
+    async fn outbox_enqueue(
+        &mut self,
+        t: Resource<Transaction>,
+        outbox: String,
+        payloads: Vec<Payload>,
+        opts: SendOptions,
+    ) -> Result<(), CallError> {
+        let now = self.ctx.now();
+        let payloads: Vec<_> = payloads.into_iter().map(to_store).collect();
+        Ok(self
+            .tx(&t)
+            .await?
+            .outbox_enqueue(&outbox, &payloads, &options(opts), now)
+            .await?)
+    }
+
+    async fn notify(&mut self, t: Resource<Transaction>, channel: String) -> Result<(), CallError> {
+        Ok(self.tx(&t).await?.notify(&channel).await?)
+    }
+
+    async fn commit(&mut self, t: Resource<Transaction>) -> Result<(), CallError> {
+        Ok(self.tx(&t).await?.commit().await?)
+    }
+
+    async fn rollback(&mut self, t: Resource<Transaction>) -> wasmtime::Result<()> {
+        let held = self.table.get_mut(&t)?;
+        // Finished either way: a transaction rolled back before its first
+        // operation takes no further operations either.
+        held.finished = true;
+        if let Some(tx) = held.tx.clone() {
+            tx.rollback().await;
+        }
+        Ok(())
+    }
+
+    async fn drop(&mut self, t: Resource<Transaction>) -> wasmtime::Result<()> {
+        // Dropped without commit: roll back now, while we can wait for it.
+        if let Some(tx) = self.table.delete(t)?.tx {
+            tx.rollback().await;
+        }
+        Ok(())
+    }
+}

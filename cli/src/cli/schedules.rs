@@ -49,13 +49,13 @@ enum What {
         /// How long the leadership lasts without renewal, in milliseconds;
         /// the leader renews at a third of it.
         #[arg(long, value_name = "MS", default_value_t = alk_host::schedule_defaults::LEADER_TTL_MS,
-              value_parser = clap::value_parser!(u64).range(300..=3_600_000))]
+              value_parser = clap::value_parser!(u64).range(300..=86_400_000))]
         leader_ttl_ms: u64,
 
         /// Most jobs one schedule sends for boundaries missed while no
         /// runner ran; older ones are skipped.
         #[arg(long, value_name = "N", default_value_t = alk_host::schedule_defaults::CATCH_UP,
-              value_parser = clap::value_parser!(u32).range(1..=100_000))]
+              value_parser = clap::value_parser!(u32).range(1..=1_000))]
         catch_up: u32,
 
         /// Stop after this many seconds, giving the leadership back.

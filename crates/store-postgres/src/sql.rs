@@ -434,7 +434,7 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) ON CONFLICT
 spec = EXCLUDED.spec, every_ms = EXCLUDED.every_ms, queue = EXCLUDED.queue, payload_type = EXCLUDED.payload_type, \
 payload_data = EXCLUDED.payload_data, priority = EXCLUDED.priority, delay_ms = EXCLUDED.delay_ms, \
 run_at_ms = EXCLUDED.run_at_ms, max_attempts = EXCLUDED.max_attempts, backoff_base_ms = EXCLUDED.backoff_base_ms, \
-expires_in_ms = EXCLUDED.expires_in_ms, group_key = EXCLUDED.group_key, next_due = EXCLUDED.next_due";
+expires_in_ms = EXCLUDED.expires_in_ms, group_key = EXCLUDED.group_key, next_due = CASE WHEN alk.schedules.every_ms = EXCLUDED.every_ms THEN alk.schedules.next_due ELSE EXCLUDED.next_due END";
 /// Deletes a schedule.
 pub const SC_REMOVE: &str = "DELETE FROM alk.schedules WHERE name = $1";
 /// One schedule (columns in the order of the table).

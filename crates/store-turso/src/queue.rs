@@ -269,6 +269,28 @@ pub const RELAYED: &str = "SELECT value FROM meta WHERE key = ?1";
 pub const SET_RELAYED: &str = "INSERT INTO meta (key, value) VALUES (?1, ?2) \
 ON CONFLICT(key) DO UPDATE SET value = excluded.value";
 
+/// The relay mark `key` (`relayed:<store_id>`) of the queue on `conn`: the
+/// highest relay id of that stream store already applied (none: 0).
+async fn relay_mark_on(conn: &Connection, key: &str, path: &Path) -> Result<i64, Failure> {
+    let mut found = query(conn, RELAYED, (key,)).await?;
+    let mut mark = 0i64;
+    while let Some(row) = found.next().await? {
+        let value = row.get_value(0)?;
+        mark = match &value {
+            Value::Integer(n) => Some(*n),
+            Value::Text(t) => t.parse::<i64>().ok(),
+            _ => None,
+        }
+        .ok_or_else(|| {
+            Failure::Alk(AlkError::Internal(format!(
+                "{}: the meta row {key:?} holds {value:?}, which is not a relay id; the store is corrupt",
+                path.display()
+            )))
+        })?;
+    }
+    Ok(mark)
+}
+
 /// The most participants of the round one claim looks at, and the most
 /// messages it moves to the dead letters: what one claim may cost while it
 /// holds the write lock, whatever guests sent. What is left is for the next
@@ -947,33 +969,28 @@ impl QueueStore {
     /// applied before and are skipped, so a relay that is repeated (its
     /// rows were not deleted) applies nothing twice. The number of
     /// messages inserted. Refused on a `localqueue.v1` file.
+    ///
+    /// The mark is read first without the write lock: when it already
+    /// covers every row (a repeated relay), nothing is written and the
+    /// write lock is not taken. The transaction reads it again.
     pub(crate) async fn relay(&self, source: &str, rows: &[Relayed]) -> AlkResult<u64> {
-        if rows.is_empty() {
+        let Some(last) = rows.iter().map(|r| r.id).max() else {
             return Ok(0);
-        }
+        };
         self.require_v2("transactional or scheduled sends").await?;
         let key = format!("relayed:{source}");
         let (key, path) = (key.as_str(), self.store.path());
+        let mark = self
+            .store
+            .run(|conn: Connection| Box::pin(async move { relay_mark_on(&conn, key, path).await }))
+            .await?;
+        if last <= mark {
+            return Ok(0);
+        }
         self.store
             .run_immediate(|conn: Connection| {
                 Box::pin(async move {
-                    let mut found = query(&conn, RELAYED, (key,)).await?;
-                    let mut mark = 0i64;
-                    while let Some(row) = found.next().await? {
-                        let value = row.get_value(0)?;
-                        mark = match &value {
-                            Value::Integer(n) => Some(*n),
-                            Value::Text(t) => t.parse::<i64>().ok(),
-                            _ => None,
-                        }
-                        .ok_or_else(|| {
-                            Failure::Alk(AlkError::Internal(format!(
-                                "{}: the meta row {key:?} holds {value:?}, which is not a relay id; the store is corrupt",
-                                path.display()
-                            )))
-                        })?;
-                    }
-                    drop(found);
+                    let mark = relay_mark_on(&conn, key, path).await?;
                     let mut top = mark;
                     let mut inserted = 0u64;
                     for r in rows.iter().filter(|r| r.id > mark) {

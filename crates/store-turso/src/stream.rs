@@ -14,7 +14,9 @@
 //! call, by the next open of the store, or by the background relayer of any
 //! process that has the store open. Each queue records the highest relay id
 //! it applied from this store, so a relay repeated after a crash applies
-//! nothing twice.
+//! nothing twice. The relayed rows are deleted here by the next write
+//! transaction of the process (or its background relayer), not by a commit
+//! of their own.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -175,16 +177,17 @@ pub const STORE_ID: &str = "SELECT value FROM meta WHERE key = 'store_id'";
 pub const RELAY_SEND: &str = "INSERT INTO relay (queue, payload_type, payload_data, priority, due_at, \
 max_attempts, backoff_ms, expires_at, group_key, created_at) \
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
-/// The oldest pending messages of a queue, by id.
+/// The oldest pending messages of a queue above an id, by id.
 pub const RELAY_PAGE: &str = "SELECT id, payload_type, payload_data, priority, due_at, max_attempts, \
-backoff_ms, expires_at, group_key, created_at FROM relay WHERE queue = ?1 ORDER BY id LIMIT ?2";
+backoff_ms, expires_at, group_key, created_at FROM relay WHERE queue = ?1 AND id > ?2 ORDER BY id LIMIT ?3";
 /// Forgets the messages of a queue up to an id, once the queue has them.
 pub const RELAY_DONE: &str = "DELETE FROM relay WHERE queue = ?1 AND id <= ?2";
 /// The first queue after `?1` (by name) with pending messages.
 pub const RELAY_NEXT_QUEUE: &str =
     "SELECT queue FROM relay WHERE queue > ?1 ORDER BY queue LIMIT 1";
 
-/// Stores a schedule, replacing one of the same name.
+/// Stores a schedule, replacing one of the same name; a replacement with
+/// the same interval keeps the stored next boundary.
 pub const SCHEDULE_PUT: &str = "INSERT INTO schedules (name, spec, every_ms, queue, payload_type, payload_data, \
 priority, delay_ms, run_at_ms, max_attempts, backoff_base_ms, expires_in_ms, group_key, next_due) \
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14) \
@@ -192,7 +195,7 @@ ON CONFLICT(name) DO UPDATE SET spec = excluded.spec, every_ms = excluded.every_
 payload_type = excluded.payload_type, payload_data = excluded.payload_data, priority = excluded.priority, \
 delay_ms = excluded.delay_ms, run_at_ms = excluded.run_at_ms, max_attempts = excluded.max_attempts, \
 backoff_base_ms = excluded.backoff_base_ms, expires_in_ms = excluded.expires_in_ms, \
-group_key = excluded.group_key, next_due = excluded.next_due";
+group_key = excluded.group_key, next_due = CASE WHEN every_ms = excluded.every_ms THEN next_due ELSE excluded.next_due END";
 /// Deletes a schedule.
 pub const SCHEDULE_REMOVE: &str = "DELETE FROM schedules WHERE name = ?1";
 /// A schedule.
@@ -233,6 +236,11 @@ pub(crate) struct Relay {
     store_id: String,
     queues: Arc<Queues>,
     wakes: Option<Wakes>,
+    /// Per queue, the highest relay id this process relayed to it whose
+    /// rows may still be here: they are deleted by the next write
+    /// transaction of this store (see [`StreamStore::begin_tx`],
+    /// [`Relay::flush_relayed`]), and skipped by relays meanwhile.
+    relayed: std::sync::Mutex<HashMap<String, i64>>,
 }
 
 impl std::fmt::Debug for Relay {
@@ -448,6 +456,7 @@ impl StreamStore {
             store_id,
             queues,
             wakes: crate::wake_file::wakes_of(data_dir).ok(),
+            relayed: Default::default(),
         });
         // A process that died right after its commit left its sends here.
         relay.relay_pending(&mut HashMap::new()).await;
@@ -462,9 +471,41 @@ impl StreamStore {
         self.store.path()
     }
 
-    /// Begins a transaction.
+    /// Begins a transaction. Its first statements delete the relay rows
+    /// this process relayed since its last write here: they commit or roll
+    /// back with the transaction (and stay noted until they commit).
     async fn begin_tx(&self) -> AlkResult<TursoTx> {
         let (handle, conn, turn) = self.store.begin().await?;
+        let forgot = self.relay.relayed_rows();
+        let forgot = if forgot.is_empty() {
+            forgot
+        } else {
+            let deleted = std::panic::AssertUnwindSafe(forget_on(&conn, &forgot))
+                .catch_unwind()
+                .await;
+            match deleted {
+                Ok(Ok(())) => forgot,
+                Ok(Err(e)) => {
+                    // They stay noted; the transaction starts again
+                    // without them (the write gate is still held).
+                    tracing::debug!(target: "alk", store = %self.store.path().display(), "deleting relayed rows failed: {e}");
+                    crate::retry::rollback(&conn, self.store.path()).await;
+                    if let Err(e) = exec(&conn, "BEGIN IMMEDIATE", ()).await {
+                        self.store.check_in(&handle, conn);
+                        return Err(self.store.engine_error(e));
+                    }
+                    Vec::new()
+                }
+                Err(panic) => {
+                    self.store.discard(&handle);
+                    return Err(AlkError::Internal(format!(
+                        "the storage engine failed on {}: {}",
+                        self.store.path().display(),
+                        panic_text(&*panic)
+                    )));
+                }
+            }
+        };
         Ok(TursoTx {
             store: self.store.clone(),
             conn,
@@ -472,6 +513,7 @@ impl StreamStore {
             _turn: turn,
             relay: self.relay.clone(),
             sent: Vec::new(),
+            forgot,
         })
     }
 }
@@ -537,7 +579,11 @@ impl Relay {
     /// Relays every queue with pending messages, except those `backoff`
     /// says to leave alone for now; failures are logged, and back the
     /// queue off.
+    /// Relayed rows this process has not deleted yet are deleted first
+    /// (they are no longer pending), and what this pass relays is deleted
+    /// at its end: each in one transaction here for all queues.
     async fn relay_pending(&self, backoff: &mut HashMap<String, (tokio::time::Instant, Duration)>) {
+        self.flush_relayed().await;
         let mut after = String::new();
         loop {
             let next = self
@@ -556,10 +602,10 @@ impl Relay {
                 .await;
             let queue = match next {
                 Ok(Some(q)) => q,
-                Ok(None) => return,
+                Ok(None) => break,
                 Err(e) => {
                     tracing::debug!(target: "alk", store = %self.store.path().display(), "looking for pending relays failed: {e}");
-                    return;
+                    break;
                 }
             };
             after = queue.clone();
@@ -580,15 +626,86 @@ impl Relay {
                 }
             }
         }
+        self.flush_relayed().await;
     }
 
-    /// The oldest pending messages of `queue`.
+    /// The locked map of relayed rows not deleted yet.
+    fn relayed_map(&self) -> std::sync::MutexGuard<'_, HashMap<String, i64>> {
+        self.relayed.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The highest relay id of `queue` this process relayed and has not
+    /// deleted yet (0: none); every row of `queue` up to it is in the queue.
+    fn relayed_up_to(&self, queue: &str) -> i64 {
+        self.relayed_map().get(queue).copied().unwrap_or(0)
+    }
+
+    /// Notes that `queue` has every row up to `id`: they are deleted by the
+    /// next write transaction here.
+    fn note_relayed(&self, queue: &str, id: i64) {
+        let mut map = self.relayed_map();
+        let up_to = map.entry(queue.to_string()).or_insert(id);
+        *up_to = (*up_to).max(id);
+    }
+
+    /// The relayed rows to delete: (queue, highest id), by queue.
+    fn relayed_rows(&self) -> Vec<(String, i64)> {
+        let mut rows: Vec<_> = self
+            .relayed_map()
+            .iter()
+            .map(|(q, id)| (q.clone(), *id))
+            .collect();
+        rows.sort();
+        rows
+    }
+
+    /// After a commit that deleted `rows` ([`Relay::relayed_rows`]): forgets
+    /// them, unless a queue was relayed further meanwhile.
+    fn forgotten(&self, rows: &[(String, i64)]) {
+        let mut map = self.relayed_map();
+        for (queue, id) in rows {
+            if map.get(queue) == Some(id) {
+                map.remove(queue);
+            }
+        }
+    }
+
+    /// Deletes the relayed rows not deleted yet, in one transaction. A
+    /// failure is logged; they are deleted later (or, if this process
+    /// stops first, by the next relay, which skips them).
+    pub(crate) async fn flush_relayed(&self) {
+        let rows = self.relayed_rows();
+        if rows.is_empty() {
+            return;
+        }
+        let done = &rows;
+        let deleted = self
+            .store
+            .run_immediate(|conn: Connection| {
+                Box::pin(async move { Ok(forget_on(&conn, done).await?) })
+            })
+            .await;
+        match deleted {
+            Ok(()) => self.forgotten(&rows),
+            Err(e) => {
+                tracing::debug!(target: "alk", store = %self.store.path().display(), "deleting relayed rows failed, they are deleted later: {e}")
+            }
+        }
+    }
+
+    /// The pending messages of `queue` not relayed yet by this process.
+    #[cfg(test)]
     async fn pending(&self, queue: &str) -> AlkResult<Vec<Relayed>> {
+        self.page(queue, self.relayed_up_to(queue)).await
+    }
+
+    /// The oldest pending messages of `queue` above id `after`.
+    async fn page(&self, queue: &str, after: i64) -> AlkResult<Vec<Relayed>> {
         let path = self.store.path();
         self.store
             .run(|conn: Connection| {
                 Box::pin(async move {
-                    let mut rows = query(&conn, RELAY_PAGE, (queue, RELAY_BATCH)).await?;
+                    let mut rows = query(&conn, RELAY_PAGE, (queue, after, RELAY_BATCH)).await?;
                     let mut out = Vec::new();
                     while let Some(row) = rows.next().await? {
                         out.push(relayed_at(&row, path)?);
@@ -599,41 +716,34 @@ impl Relay {
             .await
     }
 
-    /// Forgets the messages of `queue` up to id `last` (the queue has them).
-    async fn forget(&self, queue: &str, last: i64) -> AlkResult<()> {
-        self.store
-            .run_write(|conn: Connection| {
-                Box::pin(async move {
-                    exec(&conn, RELAY_DONE, (queue, last)).await?;
-                    Ok(())
-                })
-            })
-            .await
-    }
-
     /// Moves the pending messages of `queue` into it: per page of at most
     /// [`RELAY_BATCH`], one transaction of the queue file (which skips what
-    /// it already has, see [`crate::queue::QueueStore::relay`]), then the
-    /// page is deleted here. The number of messages the queue received.
+    /// it already has, without the write lock when that is everything, see
+    /// [`crate::queue::QueueStore::relay`]); the page is noted, to be
+    /// deleted here by the next write transaction. Rows this process
+    /// relayed before are not read again. The number of messages the queue
+    /// received.
     pub(crate) async fn relay_queue(&self, queue: &str) -> AlkResult<u64> {
         let mut total = 0;
+        let mut after = self.relayed_up_to(queue);
         loop {
-            let rows = self.pending(queue).await?;
+            let rows = self.page(queue, after).await?;
             let Some(last) = rows.last().map(|r| r.id) else {
                 break;
             };
             let q = self.queues.get(queue).await?;
             let inserted = q.relay(&self.store_id, &rows).await?;
+            self.note_relayed(queue, last);
             total += inserted;
             if inserted > 0
                 && let Some(w) = &self.wakes
             {
                 w.signal(&format!("queue.{queue}"));
             }
-            self.forget(queue, last).await?;
             if (rows.len() as i64) < RELAY_BATCH {
                 break;
             }
+            after = last;
         }
         Ok(total)
     }
@@ -648,6 +758,15 @@ impl Relay {
             }
         }
     }
+}
+
+/// Deletes the relay rows `rows` ([`Relay::relayed_rows`]) names, inside
+/// the caller's transaction.
+async fn forget_on(conn: &Connection, rows: &[(String, i64)]) -> Result<(), turso::Error> {
+    for (queue, last) in rows {
+        exec(conn, RELAY_DONE, (queue.as_str(), *last)).await?;
+    }
+    Ok(())
 }
 
 fn log_failed_relay(queue: &str, e: &AlkError) {
@@ -960,6 +1079,9 @@ struct TursoTx {
     relay: Arc<Relay>,
     /// The queues sent to, to relay after the commit.
     sent: Vec<String>,
+    /// The relayed rows this transaction deleted ([`Relay::relayed_rows`]),
+    /// forgotten when it commits.
+    forgot: Vec<(String, i64)>,
 }
 
 impl TursoTx {
@@ -998,6 +1120,9 @@ impl TursoTx {
             .await;
         match result {
             Ok(Ok(_)) => {
+                if sql == "COMMIT" {
+                    self.relay.forgotten(&self.forgot);
+                }
                 self.store.check_in(&self.handle, self.conn);
                 Ok(())
             }
@@ -1267,7 +1392,7 @@ mod tests {
         let rows = s.relay.pending("q").await.unwrap();
         assert_eq!(rows.len(), 4);
         assert_eq!(q.relay(&s.relay.store_id, &rows).await.unwrap(), 1);
-        // The full relay deletes what the queue has, adding nothing.
+        // The full relay adds nothing, and notes the rows for deletion.
         assert_eq!(s.relay.relay_queue("q").await.unwrap(), 0);
         assert!(s.relay.pending("q").await.unwrap().is_empty());
         assert_eq!(
@@ -1402,11 +1527,142 @@ mod tests {
         let old = Queue::open(&engine, "old").await.unwrap();
         assert!(old.claim(10, None, None, 0).await.unwrap().is_empty());
         let store = engine.stream_store().await.unwrap();
+        // The relayed rows go with the next write here.
+        store.relay.flush_relayed().await;
         assert!(
             sql_rows(&store.store, "SELECT id FROM relay")
                 .await
                 .is_empty()
         );
+    }
+
+    /// Commits a transaction that sends `payloads` to `queue`, relaying
+    /// them as the host does.
+    async fn commit_sends(s: &StreamStore, queue: &str, payloads: &[&str]) {
+        let mut tx: Box<dyn TxEngine> = Box::new(s.begin_tx().await.unwrap());
+        let payloads: Vec<Payload> = payloads.iter().map(|p| text(p)).collect();
+        tx.enqueue(queue, &payloads, &Stamp::plain(5), 5)
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn relayed_rows_are_deleted_by_the_next_transaction_not_a_commit_of_their_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = quiet(dir.path()).await;
+        commit_sends(&s, "a", &["a1", "a2"]).await;
+        let q = s.relay.queues.get("a").await.unwrap();
+        let stream_commits = s.store.commits().await;
+        let queue_commits = q.store().commits().await;
+        commit_sends(&s, "a", &["a3"]).await;
+        // The second send: one queue transaction, no delete committed alone.
+        assert_eq!(q.store().commits().await, queue_commits + 1);
+        assert_eq!(s.store.commits().await, stream_commits);
+        // Only the last transaction's row is left; nothing is pending.
+        let left = sql_rows(&s.store, "SELECT id FROM relay").await;
+        assert_eq!(left, ["Integer(3)"]);
+        assert!(s.relay.pending("a").await.unwrap().is_empty());
+        // A transaction without sends takes it along.
+        let mut tx: Box<dyn TxEngine> = Box::new(s.begin_tx().await.unwrap());
+        tx.publish("s", None, b"e", 0).await.unwrap();
+        tx.commit().await.unwrap();
+        assert!(sql_rows(&s.store, "SELECT id FROM relay").await.is_empty());
+        assert!(s.relay.relayed_rows().is_empty());
+        assert_eq!(claim_all(&q).await, [text("a1"), text("a2"), text("a3")]);
+        // Without further writes, the background relayer deletes them.
+        let engine = TursoEngine::new(dir.path(), RetryPolicy::default());
+        let running = engine.stream_store().await.unwrap();
+        commit_sends(&running, "b", &["b1"]).await;
+        assert_eq!(
+            sql_rows(&running.store, "SELECT id FROM relay").await.len(),
+            1
+        );
+        let started = std::time::Instant::now();
+        while !sql_rows(&running.store, "SELECT id FROM relay")
+            .await
+            .is_empty()
+        {
+            assert!(started.elapsed() < std::time::Duration::from_secs(10));
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        assert!(running.relay.relayed_rows().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_rolled_back_transaction_keeps_the_deletes_of_relayed_rows_for_the_next() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = quiet(dir.path()).await;
+        let mut tx: Box<dyn TxEngine> = Box::new(s.begin_tx().await.unwrap());
+        tx.enqueue("a", &[text("a1")], &Stamp::plain(5), 5)
+            .await
+            .unwrap();
+        tx.enqueue("b", &[text("b1"), text("b2")], &Stamp::plain(5), 5)
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        let noted = s.relay.relayed_rows();
+        assert_eq!(noted, [("a".to_string(), 1), ("b".to_string(), 3)]);
+        // Rolled back by the guest.
+        let mut tx: Box<dyn TxEngine> = Box::new(s.begin_tx().await.unwrap());
+        tx.publish("s", None, b"gone", 0).await.unwrap();
+        tx.rollback().await;
+        assert_eq!(s.relay.relayed_rows(), noted);
+        assert_eq!(sql_rows(&s.store, "SELECT id FROM relay").await.len(), 3);
+        // Rolled back by an engine failure inside it.
+        let mut tx = s.begin_tx().await.unwrap();
+        let conn = tx.conn.clone();
+        let failed = tx
+            .op(async move { Ok(exec(&conn, "INSERT INTO nowhere VALUES (1)", ()).await?) })
+            .await;
+        assert!(matches!(failed, Err(TxFailure::Failed(_))), "{failed:?}");
+        drop(tx);
+        assert_eq!(s.relay.relayed_rows(), noted);
+        assert_eq!(sql_rows(&s.store, "SELECT id FROM relay").await.len(), 3);
+        // The next transaction that commits deletes them.
+        let mut tx: Box<dyn TxEngine> = Box::new(s.begin_tx().await.unwrap());
+        tx.publish("s", None, b"kept", 0).await.unwrap();
+        tx.commit().await.unwrap();
+        assert!(sql_rows(&s.store, "SELECT id FROM relay").await.is_empty());
+        assert!(s.relay.relayed_rows().is_empty());
+        let a = s.relay.queues.get("a").await.unwrap();
+        let b = s.relay.queues.get("b").await.unwrap();
+        assert_eq!(claim_all(&a).await, [text("a1")]);
+        assert_eq!(claim_all(&b).await, [text("b1"), text("b2")]);
+    }
+
+    #[tokio::test]
+    async fn relayed_rows_left_undeleted_are_never_inserted_twice() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let died = quiet(dir.path()).await;
+            commit_sends(&died, "q", &["x", "y"]).await;
+            // It relayed them, and stopped before deleting them.
+            assert_eq!(sql_rows(&died.store, "SELECT id FROM relay").await.len(), 2);
+        }
+        let q = QueueStore::open(dir.path(), "q", StoreOptions::default())
+            .await
+            .unwrap();
+        let queue_commits = q.store().commits().await;
+        // Another instance opening the store relays nothing new, without a
+        // transaction on the queue's file, and deletes the rows.
+        let again = quiet(dir.path()).await;
+        assert_eq!(q.store().commits().await, queue_commits);
+        assert!(
+            sql_rows(&again.store, "SELECT id FROM relay")
+                .await
+                .is_empty()
+        );
+        assert_eq!(again.relay.relay_queue("q").await.unwrap(), 0);
+        // A relay of rows the queue has, however it is run, adds nothing.
+        commit_unrelayed(&again, "q", &["z"]).await;
+        let rows = again.relay.pending("q").await.unwrap();
+        assert_eq!(rows.len(), 1);
+        assert_eq!(again.relay.relay_queue("q").await.unwrap(), 1);
+        assert_eq!(q.relay(&again.relay.store_id, &rows).await.unwrap(), 0);
+        let other = quiet(dir.path()).await;
+        assert_eq!(other.relay.relay_queue("q").await.unwrap(), 0);
+        assert_eq!(claim_all(&q).await, [text("x"), text("y"), text("z")]);
     }
 
     #[tokio::test]
@@ -1645,6 +1901,11 @@ mod tests {
                     Box::pin(async move {
                         let params: Vec<Value> = match sql {
                             RELAY_NEXT_QUEUE => vec![Value::Text("q".into())],
+                            RELAY_PAGE => vec![
+                                Value::Text("q".into()),
+                                Value::Integer(0),
+                                Value::Integer(10),
+                            ],
                             _ => vec![Value::Text("q".into()), Value::Integer(10)],
                         };
                         let mut rows = conn

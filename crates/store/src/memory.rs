@@ -998,7 +998,14 @@ struct MemSchedules {
 #[async_trait]
 impl ScheduleEngine for MemSchedules {
     async fn put(&self, row: &ScheduleRow) -> AlkResult<()> {
-        lock(&self.rows).insert(row.name.clone(), row.clone());
+        let mut rows = lock(&self.rows);
+        let mut row = row.clone();
+        if let Some(old) = rows.get(&row.name)
+            && old.every_ms == row.every_ms
+        {
+            row.next_due = old.next_due;
+        }
+        rows.insert(row.name.clone(), row);
         Ok(())
     }
 

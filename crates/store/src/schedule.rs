@@ -37,6 +37,12 @@ pub const DEFAULT_CATCH_UP: u32 = 64;
 /// renews at a third of it, and takes over within it after a leader dies.
 pub const DEFAULT_LEADER_TTL_MS: u64 = 15_000;
 
+/// The largest catch-up cap: one batch.
+pub const MAX_CATCH_UP: u32 = 1_000;
+
+/// The longest leadership TTL a runner accepts: one day.
+pub const MAX_LEADER_TTL_MS: u64 = 86_400_000;
+
 /// The longest interval a spec may give: 10 years.
 pub const MAX_EVERY_MS: u64 = 10 * 366 * 86_400_000;
 
@@ -50,13 +56,11 @@ pub fn parse_spec(spec: &str) -> AlkResult<u64> {
     let Some(rest) = spec.strip_prefix("@every ") else {
         return Err(bad("does not start with `@every `"));
     };
-    let unit_at = rest.len().saturating_sub(1);
-    let (n, unit) = (&rest[..unit_at], &rest[unit_at..]);
-    let ms_per = match unit {
-        "s" => 1_000u64,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        "d" => 86_400_000,
+    let (n, ms_per) = match rest.char_indices().last() {
+        Some((at, 's')) => (&rest[..at], 1_000u64),
+        Some((at, 'm')) => (&rest[..at], 60_000),
+        Some((at, 'h')) => (&rest[..at], 3_600_000),
+        Some((at, 'd')) => (&rest[..at], 86_400_000),
         _ => return Err(bad("does not end in a unit s, m, h or d")),
     };
     if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
@@ -97,7 +101,10 @@ pub struct ScheduleRow {
 /// [`Schedules`].
 #[async_trait]
 pub trait ScheduleEngine: Send + Sync {
-    /// Stores `row`, replacing a schedule of the same name.
+    /// Stores `row`, replacing a schedule of the same name — in one
+    /// statement that keeps the stored next boundary when the stored
+    /// interval equals `row.every_ms` (a runner may have fired since the
+    /// caller looked; writing back an older boundary would fire it again).
     async fn put(&self, row: &ScheduleRow) -> AlkResult<()>;
 
     /// Deletes schedule `name`; whether there was one.
@@ -147,9 +154,11 @@ pub type EventHook = Arc<dyn Fn(&RunnerEvent) + Send + Sync>;
 pub struct RunnerOptions {
     /// Who this runner is, as the leadership lock shows it.
     pub owner: String,
-    /// How long leadership lasts without renewal.
+    /// How long leadership lasts without renewal (clamped to 3 ms ..=
+    /// [`MAX_LEADER_TTL_MS`]).
     pub leader_ttl_ms: u64,
-    /// Most jobs sent per schedule for missed boundaries.
+    /// Most jobs sent per schedule for missed boundaries (clamped to 1 ..=
+    /// [`MAX_CATCH_UP`]).
     pub catch_up: u32,
     /// Longest sleep between two looks at the schedules (a follower's
     /// attempts to lead, a leader's look for changed schedules).
@@ -235,10 +244,8 @@ impl Schedules {
         check_name("queue", queue)?;
         check_payload(payload)?;
         Stamp::resolve(options, now)?;
-        let next_due = match self.engine.get(name).await? {
-            Some(old) if old.every_ms == every_ms => old.next_due,
-            _ => now.saturating_add(every_ms as i64),
-        };
+        // The engine keeps the stored boundary when the interval is kept.
+        let next_due = now.saturating_add(every_ms as i64);
         self.engine
             .put(&ScheduleRow {
                 name: name.to_string(),
@@ -278,51 +285,67 @@ impl Schedules {
     /// moves past `now`. The number of jobs sent. Whoever calls it fires;
     /// [`Schedules::run`] calls it only while leading.
     pub async fn tick(&self, now: i64, catch_up: u32) -> AlkResult<u64> {
-        self.tick_with(now, catch_up, None).await
+        self.tick_with(now, catch_up, None, None).await
     }
 
+    /// [`Schedules::tick`] for a runner: `lease` is renewed between firings
+    /// when due (a long tick must not outlive the leadership), and a
+    /// schedule whose firing fails is logged and left for the next look
+    /// (one broken schedule does not stop the others). Fails only when
+    /// the schedules cannot be listed or the leadership is lost.
     async fn tick_with(
         &self,
         now: i64,
         catch_up: u32,
         events: Option<&EventHook>,
+        mut lease: Option<(&mut Lease, &dyn Clock)>,
     ) -> AlkResult<u64> {
+        let cap = i64::from(catch_up.clamp(1, MAX_CATCH_UP));
         let mut sent = 0;
         for row in self.engine.list().await? {
             if row.next_due > now {
                 continue;
             }
-            let every = row.every_ms as i64;
-            let passed = (now - row.next_due) / every + 1;
+            if let Some((lease, clock)) = lease.as_mut() {
+                lease.keep(&*self.locks, clock.now_ms()).await?;
+            }
+            let every = i64::try_from(row.every_ms).unwrap_or(0);
+            if every <= 0 {
+                tracing::warn!(target: "alk", schedule = %row.name, "skipping a schedule stored with an interval of {} ms", row.every_ms);
+                continue;
+            }
+            let passed = now.saturating_sub(row.next_due) / every + 1;
             let next = row.next_due.saturating_add(passed.saturating_mul(every));
-            let jobs = passed.min(i64::from(catch_up.max(1))) as usize;
-            let stamp = match Stamp::resolve(&row.options, now) {
-                Ok(stamp) => stamp,
+            let jobs = passed.min(cap) as usize;
+            let stamps = match Stamp::resolve(&row.options, now) {
+                Ok(stamp) => vec![stamp; jobs],
                 Err(e) => {
                     // Options that no longer resolve (a run-at overflowing
-                    // the clock) cannot be sent: skip the boundaries rather
-                    // than stop every other schedule.
+                    // the clock) cannot be sent: the boundaries are
+                    // skipped rather than fired again and again.
                     tracing::warn!(target: "alk", schedule = %row.name, "skipping boundaries: {e}");
-                    self.engine
-                        .fire(&row.name, row.next_due, next, &[], now)
-                        .await?;
-                    continue;
+                    Vec::new()
                 }
             };
-            let stamps = vec![stamp; jobs];
-            if self
+            match self
                 .engine
                 .fire(&row.name, row.next_due, next, &stamps, now)
-                .await?
+                .await
             {
-                sent += jobs as u64;
-                self.wakes.signal(&queue_topic(&row.queue));
-                if let Some(hook) = events {
-                    hook(&RunnerEvent::Fired {
-                        schedule: row.name.clone(),
-                        queue: row.queue.clone(),
-                        jobs: jobs as u64,
-                    });
+                Ok(true) if !stamps.is_empty() => {
+                    sent += stamps.len() as u64;
+                    self.wakes.signal(&queue_topic(&row.queue));
+                    if let Some(hook) = events {
+                        hook(&RunnerEvent::Fired {
+                            schedule: row.name.clone(),
+                            queue: row.queue.clone(),
+                            jobs: stamps.len() as u64,
+                        });
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(target: "alk", schedule = %row.name, "firing failed, trying again at the next look: {e}");
                 }
             }
         }
@@ -337,19 +360,20 @@ impl Schedules {
     /// Runs a runner until `stop` completes: it tries to take the
     /// leadership, and while it holds it fires due schedules and renews it.
     /// Stopping fires what is due one last time and releases the
-    /// leadership. Losing it (it expired or was taken
-    /// before a renewal) ends the run with [`AlkError::LeadershipLost`];
-    /// the caller decides whether to run again as a follower. Transient
-    /// `busy` failures are logged and retried; other failures end the run.
+    /// leadership. Losing it (it expired or was taken before a renewal)
+    /// ends the run with [`AlkError::LeadershipLost`]; the caller decides
+    /// whether to run again as a follower. Transient `busy` failures are
+    /// logged and retried; other failures release the leadership and end
+    /// the run.
     pub async fn run(
         &self,
         options: &RunnerOptions,
         clock: Arc<dyn Clock>,
         stop: impl Future<Output = ()>,
     ) -> AlkResult<RunReport> {
-        let ttl = options.leader_ttl_ms.max(3) as i64;
+        let ttl = options.leader_ttl_ms.clamp(3, MAX_LEADER_TTL_MS) as i64;
         let mut report = RunReport::default();
-        let mut held: Option<(Acquired, i64)> = None;
+        let mut held: Option<Lease> = None;
         let topic = self.wakes.watched_topic(TOPIC);
         tokio::pin!(stop);
         let result = loop {
@@ -359,39 +383,35 @@ impl Schedules {
                     None => {
                         if let Some(token) = self
                             .locks
-                            .acquire(SCHEDULER_LOCK, &options.owner, now, now + ttl)
+                            .acquire(SCHEDULER_LOCK, &options.owner, now, now.saturating_add(ttl))
                             .await?
                         {
                             tracing::info!(target: "alk", owner = %options.owner, token, "this runner now leads the scheduler");
-                            held = Some((
-                                Acquired {
+                            held = Some(Lease {
+                                lock: Acquired {
                                     name: SCHEDULER_LOCK.into(),
                                     owner: options.owner.clone(),
                                     token,
                                 },
-                                now + ttl / 3,
-                            ));
+                                ttl,
+                                renew_at: now.saturating_add(ttl / 3),
+                            });
                             report.led = true;
                             if let Some(hook) = &options.events {
                                 hook(&RunnerEvent::Leading(token));
                             }
                         }
                     }
-                    Some((lock, renew_at)) => {
-                        if now >= *renew_at {
-                            if !self.locks.renew(lock, now + ttl, now).await? {
-                                return Err(AlkError::LeadershipLost(format!(
-                                    "runner {:?} did not renew the lock {SCHEDULER_LOCK} (token {}) before it expired; another runner may lead now",
-                                    options.owner, lock.token
-                                )));
-                            }
-                            *renew_at = now + ttl / 3;
-                        }
-                    }
+                    Some(lease) => lease.keep(&*self.locks, now).await?,
                 }
-                if held.is_some() {
+                if let Some(lease) = &mut held {
                     report.fired += self
-                        .tick_with(now, options.catch_up, options.events.as_ref())
+                        .tick_with(
+                            now,
+                            options.catch_up,
+                            options.events.as_ref(),
+                            Some((lease, &*clock)),
+                        )
                         .await?;
                 }
                 Ok(())
@@ -406,11 +426,11 @@ impl Schedules {
             }
             let now = clock.now_ms();
             let mut wait = options.poll;
-            if let Some((_, renew_at)) = &held {
-                let until_renew = (*renew_at - now).max(0) as u64;
+            if let Some(lease) = &held {
+                let until_renew = lease.renew_at.saturating_sub(now).max(0) as u64;
                 wait = wait.min(Duration::from_millis(until_renew));
                 if let Ok(Some(due)) = self.next_due().await {
-                    wait = wait.min(Duration::from_millis((due - now).max(0) as u64));
+                    wait = wait.min(Duration::from_millis(due.saturating_sub(now).max(0) as u64));
                 }
             } else {
                 wait = wait.min(Duration::from_millis((ttl / 4).max(1) as u64));
@@ -422,26 +442,61 @@ impl Schedules {
                 _ = topic.changed_since(seen) => {}
             }
         };
-        if let Some((lock, _)) = held
-            && result.is_ok()
-        {
-            // A last look while still leading: every boundary up to the
-            // stop is fired before the leadership is given back.
-            let now = clock.now_ms();
-            if lock_is_live(&*self.locks, &lock, now).await {
-                match self
-                    .tick_with(now, options.catch_up, options.events.as_ref())
-                    .await
-                {
-                    Ok(n) => report.fired += n,
-                    Err(e) => {
-                        tracing::warn!(target: "alk", "scheduler runner: last look failed: {e}")
+        if let Some(mut lease) = held {
+            if result.is_ok() {
+                // A last look while still leading: every boundary up to the
+                // stop is fired before the leadership is given back.
+                let now = clock.now_ms();
+                if lock_is_live(&*self.locks, &lease.lock, now).await {
+                    match self
+                        .tick_with(
+                            now,
+                            options.catch_up,
+                            options.events.as_ref(),
+                            Some((&mut lease, &*clock)),
+                        )
+                        .await
+                    {
+                        Ok(n) => report.fired += n,
+                        Err(e) => {
+                            tracing::warn!(target: "alk", "scheduler runner: last look failed: {e}")
+                        }
                     }
                 }
             }
-            let _ = self.locks.release(&lock, clock.now_ms()).await;
+            if !matches!(result, Err(AlkError::LeadershipLost(_))) {
+                let _ = self.locks.release(&lease.lock, clock.now_ms()).await;
+            }
         }
         result.map(|()| report)
+    }
+}
+
+/// A runner's hold on the scheduler's lock.
+struct Lease {
+    lock: Acquired,
+    ttl: i64,
+    /// When to renew next (a third of the TTL after the last renewal).
+    renew_at: i64,
+}
+
+impl Lease {
+    /// Renews the lock when it is time; `leadership-lost` when it is gone.
+    async fn keep(&mut self, locks: &dyn LockEngine, now: i64) -> AlkResult<()> {
+        if now < self.renew_at {
+            return Ok(());
+        }
+        if !locks
+            .renew(&self.lock, now.saturating_add(self.ttl), now)
+            .await?
+        {
+            return Err(AlkError::LeadershipLost(format!(
+                "runner {:?} did not renew the lock {SCHEDULER_LOCK} (token {}) before it expired; another runner may lead now",
+                self.lock.owner, self.lock.token
+            )));
+        }
+        self.renew_at = now.saturating_add(self.ttl / 3);
+        Ok(())
     }
 }
 

@@ -84,21 +84,16 @@ enum TxState {
     Aborted(String),
 }
 
+/// The most distinct channels one transaction may notify.
+pub const MAX_TX_CHANNELS: usize = 1_000;
+
 /// What to wake once the transaction has committed.
 #[derive(Default)]
 struct AfterCommit {
     /// Wake topics (streams published to, queues sent to), each once.
-    topics: Vec<String>,
-    /// Channels notified, each once, in the order first notified.
-    channels: Vec<String>,
-}
-
-impl AfterCommit {
-    fn add(list: &mut Vec<String>, item: String) {
-        if !list.contains(&item) {
-            list.push(item);
-        }
-    }
+    topics: std::collections::BTreeSet<String>,
+    /// Channels notified, each once.
+    channels: std::collections::BTreeSet<String>,
 }
 
 /// A transaction: publishes, offset saves, queue and outbox sends and
@@ -257,7 +252,7 @@ impl Tx {
                 now,
             })
             .await?;
-        AfterCommit::add(&mut self.after().topics, stream_topic(stream));
+        self.after().topics.insert(stream_topic(stream));
         Ok(offset)
     }
 
@@ -320,18 +315,25 @@ impl Tx {
             now,
         })
         .await?;
-        AfterCommit::add(&mut self.after().topics, queue_topic(queue));
+        self.after().topics.insert(queue_topic(queue));
         Ok(())
     }
 
     /// Notifies `channel` when (and only if) the transaction commits. Takes
-    /// no lock and writes nothing.
+    /// no lock and writes nothing; at most [`MAX_TX_CHANNELS`] distinct
+    /// channels per transaction (`invalid-argument` beyond).
     pub async fn notify(&self, channel: &str) -> AlkResult<()> {
         check_name("channel", channel)?;
         if let Some(e) = Self::finished(&*self.state.lock().await) {
             return Err(e);
         }
-        AfterCommit::add(&mut self.after().channels, channel.to_string());
+        let mut after = self.after();
+        if after.channels.len() >= MAX_TX_CHANNELS && !after.channels.contains(channel) {
+            return Err(AlkError::InvalidArgument(format!(
+                "a transaction notifies at most {MAX_TX_CHANNELS} channels; commit this one and notify the rest in another"
+            )));
+        }
+        after.channels.insert(channel.to_string());
         Ok(())
     }
 

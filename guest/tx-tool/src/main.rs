@@ -7,6 +7,8 @@
 //!   one transaction publishes it to `out` keyed by its offset, sends its
 //!   offset to `queue` and to `outbox`, saves the offset and notifies
 //!   `channel`; prints `done <offset>` after each commit, `idle` at the end
+//! - `work-streams <src> <out> <consumer> <channel>`: the same without the
+//!   sends (the cost of a transaction that stays in the stream store)
 //! - `abandon <src> <out> <queue> <outbox> <consumer> <channel> rollback|drop|trap`:
 //!   does the same for the next event, then rolls the transaction back,
 //!   drops it, or traps with it open; prints `abandoned`
@@ -29,9 +31,11 @@ fn plain() -> SendOptions {
 }
 
 /// The transaction of the next event after `consumer`'s offset, open; or
-/// `None` when there is none.
+/// `None` when there is none. `a` is src, out, queue, outbox, consumer,
+/// channel; the sends are left out when queue and outbox are empty.
 fn next(a: &[String]) -> Option<(u64, Transaction)> {
     let (src, out, queue, outbox, consumer, channel) = (&a[0], &a[1], &a[2], &a[3], &a[4], &a[5]);
+    let sends = !queue.is_empty();
     let from = stream::get_offset(src, consumer)
         .unwrap_or_else(|e| fail(e))
         .unwrap_or(0);
@@ -41,10 +45,12 @@ fn next(a: &[String]) -> Option<(u64, Transaction)> {
     let key = e.offset.to_string();
     tx.publish_with_key(out, &key, &e.payload)
         .unwrap_or_else(|e| fail(e));
-    tx.enqueue(queue, &[Payload::Text(key.clone())], &plain())
-        .unwrap_or_else(|e| fail(e));
-    tx.outbox_enqueue(outbox, &[Payload::Text(key.clone())], &plain())
-        .unwrap_or_else(|e| fail(e));
+    if sends {
+        tx.enqueue(queue, &[Payload::Text(key.clone())], &plain())
+            .unwrap_or_else(|e| fail(e));
+        tx.outbox_enqueue(outbox, &[Payload::Text(key.clone())], &plain())
+            .unwrap_or_else(|e| fail(e));
+    }
     tx.save_offset(src, consumer, e.offset)
         .unwrap_or_else(|e| fail(e));
     tx.notify(channel).unwrap_or_else(|e| fail(e));
@@ -71,6 +77,21 @@ fn main() {
         }
         Some("work") if args.len() == 7 => {
             while let Some((offset, tx)) = next(&args[1..]) {
+                tx.commit().unwrap_or_else(|e| fail(e));
+                println!("done {offset}");
+            }
+            println!("idle");
+        }
+        Some("work-streams") if args.len() == 5 => {
+            let a = [
+                args[1].clone(),
+                args[2].clone(),
+                String::new(),
+                String::new(),
+                args[3].clone(),
+                args[4].clone(),
+            ];
+            while let Some((offset, tx)) = next(&a) {
                 tx.commit().unwrap_or_else(|e| fail(e));
                 println!("done {offset}");
             }

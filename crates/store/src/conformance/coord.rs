@@ -240,6 +240,16 @@ pub async fn tx_refusals_leave_the_transaction_usable(engine: &dyn Engine) {
             .await,
         Err(AlkError::InvalidArgument(_))
     ));
+    // Notifications are bounded per transaction; a repeated channel counts
+    // once.
+    for i in 0..crate::tx::MAX_TX_CHANNELS {
+        tx.notify(&format!("ch-{i}")).await.unwrap();
+    }
+    tx.notify("ch-0").await.unwrap();
+    assert!(matches!(
+        tx.notify("one-too-many").await,
+        Err(AlkError::InvalidArgument(_))
+    ));
     tx.enqueue("ok", &[text("kept")], &plain, 0).await.unwrap();
     tx.commit().await.unwrap();
     let q = Queue::open(engine, "ok").await.unwrap();
@@ -347,6 +357,9 @@ pub async fn schedules_fire_once_per_boundary_with_bounded_catch_up(engine: &dyn
         "@every  5s",
         "@every 1.5s",
         "@every 99999999999999999d",
+        "@every 1é",
+        "@every é",
+        "@every ٣s",
         "",
     ] {
         assert!(
@@ -419,6 +432,18 @@ pub async fn schedules_fire_once_per_boundary_with_bounded_catch_up(engine: &dyn
     assert_eq!(schedules.tick(now, 64).await.unwrap(), 0);
     let next = schedules.get("ticker").await.unwrap().unwrap().next_due;
     assert_eq!(next, now + 1_000);
+    // A writer that read the schedule before a firing and stores it back
+    // with the same interval does not move its boundary back (the engine
+    // keeps the stored one): nothing fires twice.
+    let stale = schedules.get("ticker").await.unwrap().unwrap();
+    assert_eq!(schedules.tick(next, 64).await.unwrap(), 1);
+    engine.schedules().await.unwrap().put(&stale).await.unwrap();
+    assert_eq!(
+        schedules.get("ticker").await.unwrap().unwrap().next_due,
+        next + 1_000
+    );
+    assert_eq!(schedules.tick(next, 64).await.unwrap(), 0);
+    let next = next + 1_000;
     // Two runners ticking at once: each boundary still fires once.
     let other = Schedules::open(engine).await.unwrap();
     now = next + 2_500;

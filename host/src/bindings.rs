@@ -14,7 +14,7 @@ wasmtime::component::bindgen!({
         "alk:store/kv.bucket": crate::kv::Bucket,
         "alk:store/queue.queue": crate::queue::Queue,
         "alk:store/stream.subscription": crate::stream::Subscription,
-        "alk:store/stream.transaction": crate::stream::Transaction,
+        "alk:store/stream.transaction": crate::tx::Transaction,
         "alk:store/lock.lock": crate::lock::Lock,
         "alk:store/notify.listener": crate::notify::Listener,
         "alk:store/tx.transaction": crate::tx::Transaction,

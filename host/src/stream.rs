@@ -2,16 +2,13 @@
 //! [`alk_store::stream::Streams`], which checks, waits, runs transactions
 //! and asks the engine.
 
-use std::sync::Arc;
-
 use wasmtime::component::Resource;
 use wasmtime_wasi::p2::{DynPollable, Pollable, subscribe};
 
-use alk_store::AlkError;
+use crate::tx::Transaction;
 use alk_store::names::{check_identifier, check_name};
 use alk_store::stream::{self as store, Streams};
 use alk_store::time::wait_deadline;
-use alk_store::tx::Tx as StreamTx;
 
 use crate::bindings::alk::store::stream::{self, Event, NewEvent};
 use crate::ctx::{AlkCtxView, Slot};
@@ -23,16 +20,6 @@ pub struct Subscription {
     stream: String,
     consumer: String,
     position: u64,
-    _slot: Slot,
-}
-
-/// A stream transaction, as held in the instance's resource table. The
-/// store transaction is created at the first operation.
-#[derive(Debug)]
-pub struct Transaction {
-    tx: Option<Arc<StreamTx>>,
-    /// Rolled back before it did anything: finished all the same.
-    finished: bool,
     _slot: Slot,
 }
 
@@ -64,24 +51,6 @@ impl Pollable for StreamReady {
             .store
             .read_wait(&self.stream, self.position, 0, None)
             .await;
-    }
-}
-
-impl AlkCtxView<'_> {
-    /// The transaction behind `tx`, started on first use.
-    async fn stream_tx(&mut self, tx: &Resource<Transaction>) -> Result<Arc<StreamTx>, CallError> {
-        let t = self.table.get(tx)?;
-        if let Some(existing) = &t.tx {
-            return Ok(existing.clone());
-        }
-        if t.finished {
-            return Err(
-                AlkError::InvalidArgument("the transaction is already finished".into()).into(),
-            );
-        }
-        let started = Arc::new(self.ctx.streams().await?.transaction());
-        self.table.get_mut(tx)?.tx = Some(started.clone());
-        Ok(started)
     }
 }
 
@@ -266,12 +235,7 @@ impl stream::HostSubscription for AlkCtxView<'_> {
 
 impl stream::HostTransaction for AlkCtxView<'_> {
     async fn new(&mut self) -> wasmtime::Result<Resource<Transaction>> {
-        let slot = self.ctx.slot("transaction")?;
-        Ok(self.table.push(Transaction {
-            tx: None,
-            finished: false,
-            _slot: slot,
-        })?)
+        self.tx_new()
     }
 
     async fn publish(
@@ -280,12 +244,7 @@ impl stream::HostTransaction for AlkCtxView<'_> {
         stream: String,
         payload: Vec<u8>,
     ) -> Result<u64, CallError> {
-        let now = self.ctx.now();
-        Ok(self
-            .stream_tx(&tx)
-            .await?
-            .publish(&stream, None, &payload, now)
-            .await?)
+        self.tx_publish(&tx, &stream, None, &payload).await
     }
 
     async fn publish_with_key(
@@ -295,12 +254,7 @@ impl stream::HostTransaction for AlkCtxView<'_> {
         key: String,
         payload: Vec<u8>,
     ) -> Result<u64, CallError> {
-        let now = self.ctx.now();
-        Ok(self
-            .stream_tx(&tx)
-            .await?
-            .publish(&stream, Some(&key), &payload, now)
-            .await?)
+        self.tx_publish(&tx, &stream, Some(&key), &payload).await
     }
 
     async fn save_offset(
@@ -310,33 +264,18 @@ impl stream::HostTransaction for AlkCtxView<'_> {
         consumer: String,
         offset: u64,
     ) -> Result<(), CallError> {
-        Ok(self
-            .stream_tx(&tx)
-            .await?
-            .save_offset(&stream, &consumer, offset)
-            .await?)
+        self.tx_save_offset(&tx, &stream, &consumer, offset).await
     }
 
     async fn commit(&mut self, tx: Resource<Transaction>) -> Result<(), CallError> {
-        Ok(self.stream_tx(&tx).await?.commit().await?)
+        self.tx_commit(&tx).await
     }
 
     async fn rollback(&mut self, tx: Resource<Transaction>) -> wasmtime::Result<()> {
-        let t = self.table.get_mut(&tx)?;
-        // Finished either way: a transaction rolled back before its first
-        // operation takes no further operations either.
-        t.finished = true;
-        if let Some(t) = t.tx.clone() {
-            t.rollback().await;
-        }
-        Ok(())
+        self.tx_rollback(&tx).await
     }
 
     async fn drop(&mut self, tx: Resource<Transaction>) -> wasmtime::Result<()> {
-        // Dropped without commit: roll back now, while we can wait for it.
-        if let Some(t) = self.table.delete(tx)?.tx {
-            t.rollback().await;
-        }
-        Ok(())
+        self.tx_drop(tx).await
     }
 }

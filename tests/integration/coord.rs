@@ -96,7 +96,7 @@ const WORK: [&str; 6] = ["src", "out", "jobs", "mail", "worker", "done"];
 /// produced exactly one event, one job and one outbox job, the offset is at
 /// the end, and the store files pass stock SQLite's integrity check.
 fn transactions_are_exactly_once_under_kill_9(d: &Store) {
-    const EVENTS: u64 = 600;
+    const EVENTS: u64 = 2_000;
     let out = run_cli("tx-tool", d, &[], &["produce", "src", &EVENTS.to_string()]);
     assert!(out.status.success(), "{}", text(&out.stdout));
     let seed = now_ms() as u64;

@@ -262,28 +262,136 @@ pub const PURGE_DEAD: &str = "DELETE FROM dead_letters";
 /// Whether the queue has any group (the lane's key `''` sorts first).
 pub const ANY_GROUP: &str = "SELECT id FROM message_groups WHERE group_key > '' LIMIT 1";
 
-/// The highest relay id of stream store `?1` (the key `relayed:<store_id>`)
-/// already applied to this queue (see `localstream.v2`).
+/// The relay mark of stream store `?1` (the key `relayed:<store_id>`): the
+/// highest relay id already applied to this queue and that row's
+/// fingerprint (see [`RelayMark`], `localstream.v2`).
 pub const RELAYED: &str = "SELECT value FROM meta WHERE key = ?1";
-/// Records the highest relay id applied from a stream store.
+/// Records the relay mark of a stream store.
 pub const SET_RELAYED: &str = "INSERT INTO meta (key, value) VALUES (?1, ?2) \
 ON CONFLICT(key) DO UPDATE SET value = excluded.value";
 
-/// The relay mark `key` (`relayed:<store_id>`) of the queue on `conn`: the
-/// highest relay id of that stream store already applied (none: 0).
-async fn relay_mark_on(conn: &Connection, key: &str, path: &Path) -> Result<i64, Failure> {
+/// A queue's relay mark for one stream store: the highest relay id of that
+/// store applied to the queue, and a fingerprint of the relay row with that
+/// id, by which a relay tells whether the stream file it reads is the one
+/// the mark was written from. Stored as `<id>:<created_at>:<payload bytes>`;
+/// a plain decimal `<id>` (written before fingerprints) has none.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct RelayMark {
+    /// The highest relay id applied (0: none).
+    pub id: i64,
+    /// The relay row `id`'s `created_at` and the length in bytes of its
+    /// `payload_data`; `None`: not recorded (an older mark).
+    pub row: Option<(i64, usize)>,
+}
+
+impl RelayMark {
+    /// The mark of relay row `r` applied last.
+    fn of(r: &Relayed) -> RelayMark {
+        RelayMark {
+            id: r.id,
+            row: Some((r.created_at, r.payload.parts().1.len())),
+        }
+    }
+
+    /// The meta value: `<id>:<created_at>:<payload bytes>`.
+    fn value(&self) -> String {
+        match self.row {
+            Some((created_at, len)) => format!("{}:{created_at}:{len}", self.id),
+            None => self.id.to_string(),
+        }
+    }
+
+    /// A meta value: `<id>:<created_at>:<payload bytes>`, or `<id>` alone.
+    fn parse(value: &str) -> Option<RelayMark> {
+        let mut parts = value.split(':');
+        let id = parts.next()?.parse().ok()?;
+        let row = match (parts.next(), parts.next(), parts.next()) {
+            (None, _, _) => None,
+            (Some(c), Some(len), None) => Some((c.parse().ok()?, len.parse().ok()?)),
+            _ => return None,
+        };
+        Some(RelayMark { id, row })
+    }
+
+    /// Whether the relay row with the mark's id, sent at `created_at` with
+    /// `len` bytes of `payload_data`, is the row the mark was written from
+    /// (an older mark without a fingerprint matches any).
+    pub(crate) fn matches(&self, created_at: i64, len: usize) -> bool {
+        self.row.is_none_or(|row| row == (created_at, len))
+    }
+}
+
+/// Starts the message of a relay refused because the stream file is not the
+/// one the queue's mark was written from.
+pub(crate) const RELAY_REFUSED: &str = "relay refused";
+
+/// The error of a relay refused because `stream` (the stream file of store
+/// `source`) is not the file queue `name`'s mark was written from; `found`
+/// says what it has instead.
+pub(crate) fn relay_refused(
+    stream: &str,
+    source: &str,
+    name: &str,
+    queue_path: &Path,
+    mark: &RelayMark,
+    found: &str,
+) -> AlkError {
+    let q = queue_path.display();
+    let sent = match mark.row {
+        Some((created_at, len)) => format!(" (sent at {created_at}, {len} payload bytes)"),
+        None => String::new(),
+    };
+    AlkError::Internal(format!(
+        "{RELAY_REFUSED}: {stream} is not the stream file the relay mark of queue {name} was written from: \
+         {q} has every message of stream store {source} up to relay id {}{sent}, but {stream} has {found}. \
+         The stream file was restored from an older copy, copied or rolled back; its pending sends to {name} \
+         are not relayed and nothing is deleted (they stay pending). To resolve: stop every host using the \
+         data directory; if {q} is the newer file (the stream file was restored), delete the queue's meta row \
+         `relayed:{source}` (DELETE FROM meta WHERE key = 'relayed:{source}') to have every pending send \
+         relayed. Sends both in the restored stream file and already in the queue are then delivered twice \
+         (at least once, never lost)",
+        mark.id
+    ))
+}
+
+/// What in `rows` (a page of relay rows, by increasing id) shows that they
+/// are not from the stream file `mark` was written from, if anything: the
+/// row with the mark's id differs from the one the mark recorded, or the
+/// page has rows below and above the mark but not the mark's own (in that
+/// file, rows at or below the mark still pending end at the mark's row).
+fn contradicts(mark: &RelayMark, rows: &[Relayed]) -> Option<String> {
+    if mark.id == 0 {
+        return None;
+    }
+    if let Some(r) = rows.iter().find(|r| r.id == mark.id) {
+        let len = r.payload.parts().1.len();
+        return (!mark.matches(r.created_at, len)).then(|| {
+            format!(
+                "a different relay row {} (sent at {}, {len} payload bytes)",
+                r.id, r.created_at
+            )
+        });
+    }
+    let below = rows.iter().any(|r| r.id < mark.id);
+    let above = rows.iter().any(|r| r.id > mark.id);
+    (below && above).then(|| format!("relay rows below and above {} but not {}", mark.id, mark.id))
+}
+
+/// The relay mark `key` (`relayed:<store_id>`) of the queue on `conn` (none:
+/// id 0).
+async fn relay_mark_on(conn: &Connection, key: &str, path: &Path) -> Result<RelayMark, Failure> {
     let mut found = query(conn, RELAYED, (key,)).await?;
-    let mut mark = 0i64;
+    let mut mark = RelayMark::default();
     while let Some(row) = found.next().await? {
         let value = row.get_value(0)?;
         mark = match &value {
-            Value::Integer(n) => Some(*n),
-            Value::Text(t) => t.parse::<i64>().ok(),
+            Value::Integer(n) => Some(RelayMark { id: *n, row: None }),
+            Value::Text(t) => RelayMark::parse(t),
             _ => None,
         }
         .ok_or_else(|| {
             Failure::Alk(AlkError::Internal(format!(
-                "{}: the meta row {key:?} holds {value:?}, which is not a relay id; the store is corrupt",
+                "{}: the meta row {key:?} holds {value:?}, which is not a relay mark; the store is corrupt",
                 path.display()
             )))
         })?;
@@ -310,6 +418,8 @@ const MAX_RECEIPT_LEN: usize = 128;
 pub struct QueueStore {
     store: Store,
     name: String,
+    /// Whether the host makes new queues as `localqueue.v1`.
+    new_v1: bool,
 }
 
 /// What [`QueueStore::migrate`] did.
@@ -770,13 +880,24 @@ async fn send_v2_on(
     Ok(conn.last_insert_rowid())
 }
 
-/// Builds the error of a job option used on a `localqueue.v1` file.
-pub(crate) fn needs_v2(store: &Store, name: &str, what: &str) -> AlkError {
-    AlkError::InvalidArgument(format!(
-        "queue {name} is stored as localqueue.v1 ({}), which has no {what}; migrate it to localqueue.v2 \
-         with `alk-host migrate queue {name}` (with every process using it stopped), or use a new queue",
-        store.path().display()
-    ))
+/// Builds the error of a job option used on a `localqueue.v1` file;
+/// `new_v1`: the host makes new queues as `localqueue.v1`.
+pub(crate) fn needs_v2(store: &Store, name: &str, what: &str, new_v1: bool) -> AlkError {
+    let path = store.path().display();
+    let migrate = format!(
+        "migrate it to localqueue.v2 with `alk-host migrate queue {name}` (with every process using it stopped)"
+    );
+    AlkError::InvalidArgument(if new_v1 {
+        format!(
+            "queue {name} is stored as localqueue.v1 ({path}), which has no {what}; this host makes new queues \
+             as localqueue.v1 (`--new-queues v1`), so a new queue would not take them either: {migrate}, \
+             or run the host with `--new-queues v2` to have new queues made as localqueue.v2"
+        )
+    } else {
+        format!(
+            "queue {name} is stored as localqueue.v1 ({path}), which has no {what}; {migrate}, or use a new queue"
+        )
+    })
 }
 
 /// Most queue names [`Queues`] remembers; past it, it starts over.
@@ -855,6 +976,7 @@ impl QueueStore {
         Ok(QueueStore {
             store,
             name: name.to_string(),
+            new_v1: options.new_queues == NewQueues::V1,
         })
     }
 
@@ -939,7 +1061,7 @@ impl QueueStore {
         if self.is_v2().await? {
             Ok(())
         } else {
-            Err(needs_v2(&self.store, &self.name, what))
+            Err(needs_v2(&self.store, &self.name, what, self.new_v1))
         }
     }
 
@@ -962,13 +1084,26 @@ impl QueueStore {
             .await
     }
 
+    /// The relay mark of stream store `source` (none: id 0), read without
+    /// the write lock.
+    pub(crate) async fn relay_mark(&self, source: &str) -> AlkResult<RelayMark> {
+        let key = format!("relayed:{source}");
+        let (key, path) = (key.as_str(), self.store.path());
+        self.store
+            .run(|conn: Connection| Box::pin(async move { relay_mark_on(&conn, key, path).await }))
+            .await
+    }
+
     /// Applies the messages of `rows` (relay rows of the stream store
     /// `source`, by increasing id) that this queue has not received yet, in
-    /// one transaction that also records the highest id applied under the
-    /// meta key `relayed:<source>`: rows at or below the recorded id were
+    /// one transaction that also records the mark of the highest row applied
+    /// under the meta key `relayed:<source>`: rows at or below the mark were
     /// applied before and are skipped, so a relay that is repeated (its
     /// rows were not deleted) applies nothing twice. The number of
-    /// messages inserted. Refused on a `localqueue.v1` file.
+    /// messages inserted. Refused on a `localqueue.v1` file, and when
+    /// `rows` show they are not from the stream file the mark was written
+    /// from (the mark's row differs, or is missing between rows below and
+    /// above it): then nothing is written.
     ///
     /// The mark is read first without the write lock: when it already
     /// covers every row (a repeated relay), nothing is written and the
@@ -979,27 +1114,36 @@ impl QueueStore {
         };
         self.require_v2("transactional or scheduled sends").await?;
         let key = format!("relayed:{source}");
-        let (key, path) = (key.as_str(), self.store.path());
-        let mark = self
-            .store
-            .run(|conn: Connection| Box::pin(async move { relay_mark_on(&conn, key, path).await }))
-            .await?;
-        if last <= mark {
+        let (key, path, name) = (key.as_str(), self.store.path(), self.name.as_str());
+        let refused = |mark: &RelayMark| {
+            contradicts(mark, rows).map(|found| {
+                let stream = format!("the stream file of store {source}");
+                relay_refused(&stream, source, name, path, mark, &found)
+            })
+        };
+        let mark = self.relay_mark(source).await?;
+        if let Some(e) = refused(&mark) {
+            return Err(e);
+        }
+        if last <= mark.id {
             return Ok(0);
         }
         self.store
             .run_immediate(|conn: Connection| {
                 Box::pin(async move {
                     let mark = relay_mark_on(&conn, key, path).await?;
-                    let mut top = mark;
+                    if let Some(e) = refused(&mark) {
+                        return Err(Failure::Alk(e));
+                    }
                     let mut inserted = 0u64;
-                    for r in rows.iter().filter(|r| r.id > mark) {
+                    let mut top = None::<&Relayed>;
+                    for r in rows.iter().filter(|r| r.id > mark.id) {
                         send_v2_on(&conn, &r.payload, &r.stamp, r.created_at, true).await?;
                         inserted += 1;
-                        top = top.max(r.id);
+                        top = top.filter(|t| t.id > r.id).or(Some(r));
                     }
-                    if top > mark {
-                        exec(&conn, SET_RELAYED, (key, top.to_string())).await?;
+                    if let Some(r) = top {
+                        exec(&conn, SET_RELAYED, (key, RelayMark::of(r).value())).await?;
                     }
                     Ok(inserted)
                 })
@@ -1039,7 +1183,7 @@ impl QueueEngine for QueueStore {
     async fn send(&self, payloads: &[Payload], stamp: &Stamp, now: i64) -> AlkResult<Vec<i64>> {
         let v2 = self.is_v2().await?;
         if !v2 && let Some(what) = stamp.beyond_plain(now) {
-            return Err(needs_v2(&self.store, &self.name, what));
+            return Err(needs_v2(&self.store, &self.name, what, self.new_v1));
         }
         let one = payloads.len() == 1 && stamp.group.is_none();
         let op = |conn: Connection| -> crate::retry::OpFuture<'_, Vec<i64>> {
@@ -1085,7 +1229,7 @@ impl QueueEngine for QueueStore {
                 .await;
         }
         if floor.is_some() {
-            return Err(needs_v2(&self.store, &self.name, "priorities"));
+            return Err(needs_v2(&self.store, &self.name, "priorities", self.new_v1));
         }
         let max = i64::from(max);
         self.store

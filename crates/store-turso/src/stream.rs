@@ -35,7 +35,7 @@ use turso::{Connection, Value};
 
 use crate::gate::WriteGuard;
 use crate::open::{Format, Handle, Store, StoreOptions, Upgrade, open_store, panic_text};
-use crate::queue::{Queues, Relayed};
+use crate::queue::{QueueStore, Queues, RELAY_REFUSED, RelayMark, Relayed, relay_refused};
 use crate::retry::{Failure, exec, query};
 
 macro_rules! v1_ddl {
@@ -180,6 +180,10 @@ VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
 /// The oldest pending messages of a queue above an id, by id.
 pub const RELAY_PAGE: &str = "SELECT id, payload_type, payload_data, priority, due_at, max_attempts, \
 backoff_ms, expires_at, group_key, created_at FROM relay WHERE queue = ?1 AND id > ?2 ORDER BY id LIMIT ?3";
+/// The highest pending message of a queue at or below a queue's relay mark:
+/// the row the mark was written from, in the file it was written from.
+pub const RELAY_MARKED: &str = "SELECT id, created_at, payload_data FROM relay WHERE queue = ?1 AND id <= ?2 \
+ORDER BY id DESC LIMIT 1";
 /// Forgets the messages of a queue up to an id, once the queue has them.
 pub const RELAY_DONE: &str = "DELETE FROM relay WHERE queue = ?1 AND id <= ?2";
 /// The first queue after `?1` (by name) with pending messages.
@@ -213,6 +217,11 @@ RETURNING queue, payload_type, payload_data";
 
 /// Most relay rows of one queue moved in one queue transaction.
 pub const RELAY_BATCH: i64 = 1000;
+
+/// Most pages of one queue relayed by a committing call, and by the relay
+/// run when the store opens: the rest of a backlog is the background
+/// relayer's.
+const RELAY_PAGES_INLINE: usize = 1;
 
 /// How often the background relayer looks for messages left pending.
 pub const RELAY_EVERY: Duration = Duration::from_secs(1);
@@ -458,8 +467,11 @@ impl StreamStore {
             wakes: crate::wake_file::wakes_of(data_dir).ok(),
             relayed: Default::default(),
         });
-        // A process that died right after its commit left its sends here.
-        relay.relay_pending(&mut HashMap::new()).await;
+        // A process that died right after its commit left its sends here
+        // (a page per queue: a backlog is the background relayer's).
+        relay
+            .relay_pending(&mut HashMap::new(), RELAY_PAGES_INLINE)
+            .await;
         if background {
             spawn_relayer(Arc::downgrade(&relay));
         }
@@ -565,7 +577,7 @@ fn spawn_relayer(relay: Weak<Relay>) {
             let Some(relay) = relay.upgrade() else {
                 return;
             };
-            let pass = std::panic::AssertUnwindSafe(relay.relay_pending(&mut backoff))
+            let pass = std::panic::AssertUnwindSafe(relay.relay_pending(&mut backoff, usize::MAX))
                 .catch_unwind()
                 .await;
             if let Err(panic) = pass {
@@ -576,13 +588,17 @@ fn spawn_relayer(relay: Weak<Relay>) {
 }
 
 impl Relay {
-    /// Relays every queue with pending messages, except those `backoff`
-    /// says to leave alone for now; failures are logged, and back the
-    /// queue off.
+    /// Relays every queue with pending messages (at most `pages` pages of
+    /// each), except those `backoff` says to leave alone for now; failures
+    /// are logged, and back the queue off.
     /// Relayed rows this process has not deleted yet are deleted first
     /// (they are no longer pending), and what this pass relays is deleted
     /// at its end: each in one transaction here for all queues.
-    async fn relay_pending(&self, backoff: &mut HashMap<String, (tokio::time::Instant, Duration)>) {
+    async fn relay_pending(
+        &self,
+        backoff: &mut HashMap<String, (tokio::time::Instant, Duration)>,
+        pages: usize,
+    ) {
         self.flush_relayed().await;
         let mut after = String::new();
         loop {
@@ -613,7 +629,7 @@ impl Relay {
             if backoff.get(&queue).is_some_and(|(until, _)| *until > now) {
                 continue;
             }
-            match self.relay_queue(&queue).await {
+            match self.relay_pages(&queue, pages).await {
                 Ok(_) => {
                     backoff.remove(&queue);
                 }
@@ -723,18 +739,45 @@ impl Relay {
     /// deleted here by the next write transaction. Rows this process
     /// relayed before are not read again. The number of messages the queue
     /// received.
+    #[cfg(test)]
     pub(crate) async fn relay_queue(&self, queue: &str) -> AlkResult<u64> {
+        self.relay_pages(queue, usize::MAX).await
+    }
+
+    /// [`Relay::relay_queue`], at most `pages` pages.
+    ///
+    /// A page with rows at or below the queue's relay mark is relayed only
+    /// if this file still has the row the mark was written from
+    /// ([`Relay::marked_row_here`]); otherwise the relay is refused and
+    /// nothing is noted (deleted).
+    async fn relay_pages(&self, queue: &str, pages: usize) -> AlkResult<u64> {
         let mut total = 0;
         let mut after = self.relayed_up_to(queue);
-        loop {
+        let (mut done, mut reread) = (0, 0);
+        while done < pages {
             let rows = self.page(queue, after).await?;
-            let Some(last) = rows.last().map(|r| r.id) else {
+            let (Some(first), Some(last)) = (rows.first().map(|r| r.id), rows.last().map(|r| r.id))
+            else {
                 break;
             };
             let q = self.queues.get(queue).await?;
+            let mark = q.relay_mark(&self.store_id).await?;
+            if first <= mark.id && !self.marked_row_here(&q, queue, &mark).await? {
+                // The rows at or below the mark were deleted since the page
+                // was read (another relayer): read it again.
+                reread += 1;
+                if reread > 3 {
+                    return Err(AlkError::Busy(format!(
+                        "{}: the relay rows of queue {queue} kept changing while being read",
+                        self.store.path().display()
+                    )));
+                }
+                continue;
+            }
             let inserted = q.relay(&self.store_id, &rows).await?;
             self.note_relayed(queue, last);
             total += inserted;
+            done += 1;
             if inserted > 0
                 && let Some(w) = &self.wakes
             {
@@ -748,12 +791,68 @@ impl Relay {
         Ok(total)
     }
 
-    /// Relays `queues` after a commit that sent to them. The commit stands
-    /// whatever happens here: a failure is logged, and the messages stay
-    /// pending for the next relay.
+    /// Whether this file has the relay row queue `q`'s `mark` was written
+    /// from, when pending rows of `queue` at or below the mark were read:
+    /// `true` when it does; `false` when no row at or below the mark is
+    /// pending any more (they were deleted since); refused when the highest
+    /// such row is not the one the mark recorded. A stream file that never
+    /// goes back in time has it: the rows of a queue at or below its mark
+    /// that are still here end at the mark's row (deletes remove every row
+    /// up to an id at or below the mark; ids are never reused).
+    async fn marked_row_here(
+        &self,
+        q: &QueueStore,
+        queue: &str,
+        mark: &RelayMark,
+    ) -> AlkResult<bool> {
+        let marked = self
+            .store
+            .run(|conn: Connection| {
+                Box::pin(async move {
+                    let mut rows = query(&conn, RELAY_MARKED, (queue, mark.id)).await?;
+                    let mut found = None;
+                    while let Some(row) = rows.next().await? {
+                        found = Some((
+                            row.get::<i64>(0)?,
+                            row.get::<i64>(1)?,
+                            row.get::<String>(2)?,
+                        ));
+                    }
+                    Ok(found)
+                })
+            })
+            .await?;
+        let found = match marked {
+            None => return Ok(false),
+            Some((id, created_at, data)) if id == mark.id => {
+                if mark.matches(created_at, data.len()) {
+                    return Ok(true);
+                }
+                format!(
+                    "a different relay row {id} (sent at {created_at}, {} payload bytes)",
+                    data.len()
+                )
+            }
+            Some((id, _, _)) => format!("relay row {id} pending below it but no row {}", mark.id),
+        };
+        let stream = self.store.path().display().to_string();
+        Err(relay_refused(
+            &stream,
+            &self.store_id,
+            queue,
+            q.path(),
+            mark,
+            &found,
+        ))
+    }
+
+    /// Relays `queues` after a commit that sent to them, a page of each
+    /// (the background relayer moves the rest of a backlog). The commit
+    /// stands whatever happens here: a failure is logged, and the messages
+    /// stay pending for the next relay.
     async fn after_commit(&self, queues: &[String]) {
         for queue in queues {
-            if let Err(e) = self.relay_queue(queue).await {
+            if let Err(e) = self.relay_pages(queue, RELAY_PAGES_INLINE).await {
                 log_failed_relay(queue, &e);
             }
         }
@@ -770,7 +869,9 @@ async fn forget_on(conn: &Connection, rows: &[(String, i64)]) -> Result<(), turs
 }
 
 fn log_failed_relay(queue: &str, e: &AlkError) {
-    if matches!(e, AlkError::Busy(_)) {
+    if matches!(e, AlkError::Internal(m) if m.starts_with(RELAY_REFUSED)) {
+        tracing::error!(target: "alk", queue, "relaying committed sends is refused, they stay pending: {e}");
+    } else if matches!(e, AlkError::Busy(_)) {
         tracing::debug!(target: "alk", queue, "relaying committed sends is held up, they stay pending: {e}");
     } else {
         tracing::warn!(target: "alk", queue, "relaying committed sends failed, they stay pending and are relayed later: {e}");
@@ -1302,6 +1403,7 @@ mod tests {
                 ("NEW_STORE_ID", NEW_STORE_ID),
                 ("RELAY_SEND", RELAY_SEND),
                 ("RELAY_PAGE", RELAY_PAGE),
+                ("RELAY_MARKED", RELAY_MARKED),
                 ("RELAY_DONE", RELAY_DONE),
                 ("RELAY_NEXT_QUEUE", RELAY_NEXT_QUEUE),
                 ("SCHEDULE_PUT", SCHEDULE_PUT),
@@ -1404,10 +1506,12 @@ mod tests {
             "SELECT key, value FROM meta WHERE key LIKE 'relayed:%'",
         )
         .await;
+        // The mark: the highest id applied, and that row's send time and
+        // payload length.
         assert_eq!(
             mark,
             [format!(
-                "Text(\"relayed:{}\") | Text(\"4\")",
+                "Text(\"relayed:{}\") | Text(\"4:5:1\")",
                 s.relay.store_id
             )]
         );
@@ -1665,6 +1769,194 @@ mod tests {
         assert_eq!(claim_all(&q).await, [text("x"), text("y"), text("z")]);
     }
 
+    /// Commits a transaction that sends `payloads` to `queue` at `now`,
+    /// relaying them as the host does.
+    async fn commit_sends_at(s: &StreamStore, queue: &str, payloads: &[&str], now: i64) {
+        let mut tx: Box<dyn TxEngine> = Box::new(s.begin_tx().await.unwrap());
+        let payloads: Vec<Payload> = payloads.iter().map(|p| text(p)).collect();
+        tx.enqueue(queue, &payloads, &Stamp::plain(now), now)
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+    }
+
+    /// Closes the stream store and copies its files into `to`, or back
+    /// from it (replacing them).
+    fn copy_stream_files(dir: &Path, to: &Path, back: bool) {
+        let file = stream_path(dir);
+        for suffix in ["", "-wal", "-tshm"] {
+            let here = crate::open::sibling(&file, suffix);
+            let there = to.join(format!("copy{suffix}"));
+            let (from, into) = if back { (there, here) } else { (here, there) };
+            let _ = std::fs::remove_file(&into);
+            if from.exists() {
+                std::fs::copy(&from, &into).unwrap();
+            }
+        }
+    }
+
+    fn refused(got: AlkResult<u64>, stream: &Path, queue: &Path, found: &str) {
+        match got {
+            Err(AlkError::Internal(m)) => {
+                assert!(m.starts_with(RELAY_REFUSED), "{m}");
+                assert!(m.contains(&stream.display().to_string()), "{m}");
+                assert!(m.contains(&queue.display().to_string()), "{m}");
+                assert!(m.contains(found), "{m}");
+            }
+            other => panic!("expected a refused relay, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_stream_file_restored_from_an_older_copy_is_refused_and_its_sends_stay_pending() {
+        let dir = tempfile::tempdir().unwrap();
+        let aside = tempfile::tempdir().unwrap();
+        let s = quiet(dir.path()).await;
+        commit_sends_at(&s, "q", &["a", "b"], 10).await;
+        s.relay.flush_relayed().await;
+        s.store.close_for_test();
+        drop(s);
+        // A backup: relay ids 1 and 2 handed out, none pending.
+        copy_stream_files(dir.path(), aside.path(), false);
+        let s = quiet(dir.path()).await;
+        commit_sends_at(&s, "q", &["c", "d"], 20).await;
+        s.relay.flush_relayed().await;
+        let q = s.relay.queues.get("q").await.unwrap();
+        s.store.close_for_test();
+        drop(s);
+        // The backup is put back: the queue's mark (4) is above its ids.
+        copy_stream_files(dir.path(), aside.path(), true);
+        let s = quiet(dir.path()).await;
+        // The commit succeeds; its send (relay id 3) is not relayed.
+        commit_sends_at(&s, "q", &["e"], 30).await;
+        let path = stream_path(dir.path());
+        refused(s.relay.relay_queue("q").await, &path, q.path(), "no row 4");
+        s.relay.flush_relayed().await;
+        assert_eq!(
+            sql_rows(&s.store, "SELECT id FROM relay").await,
+            ["Integer(3)"]
+        );
+        // Two more sends: relay id 4 is not the row the mark was written from.
+        commit_sends_at(&s, "q", &["ff", "g"], 40).await;
+        refused(
+            s.relay.relay_queue("q").await,
+            &path,
+            q.path(),
+            "a different relay row 4",
+        );
+        // The background relayer's pass, and a new open, refuse as well.
+        s.relay.relay_pending(&mut HashMap::new(), usize::MAX).await;
+        drop(quiet(dir.path()).await);
+        assert_eq!(
+            sql_rows(&s.store, "SELECT id FROM relay").await,
+            ["Integer(3)", "Integer(4)", "Integer(5)"]
+        );
+        assert_eq!(
+            claim_all(&q).await,
+            [text("a"), text("b"), text("c"), text("d")]
+        );
+        // The remedy: the queue forgets its mark, and every pending send
+        // is relayed.
+        crate::write_sql(
+            q.store(),
+            &format!(
+                "DELETE FROM meta WHERE key = 'relayed:{}'",
+                s.relay.store_id
+            ),
+        )
+        .await;
+        assert_eq!(s.relay.relay_queue("q").await.unwrap(), 3);
+        assert_eq!(claim_all(&q).await, [text("e"), text("ff"), text("g")]);
+    }
+
+    #[tokio::test]
+    async fn a_mark_is_checked_against_the_row_it_was_written_from() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = quiet(dir.path()).await;
+        commit_unrelayed(&s, "q", &["a", "b", "c"]).await;
+        let q = s.relay.queues.get("q").await.unwrap();
+        let key = format!("relayed:{}", s.relay.store_id);
+        // A mark of another row 2 (sent at 6, not 5): refused, by the
+        // stream's check and by the queue's own.
+        crate::write_sql(
+            q.store(),
+            &format!("INSERT INTO meta (key, value) VALUES ('{key}', '2:6:1')"),
+        )
+        .await;
+        let path = stream_path(dir.path());
+        refused(
+            s.relay.relay_queue("q").await,
+            &path,
+            q.path(),
+            "a different relay row 2",
+        );
+        let rows = s.relay.pending("q").await.unwrap();
+        assert_eq!(rows.len(), 3);
+        refused(
+            q.relay(&s.relay.store_id, &rows).await,
+            Path::new("stream file"),
+            q.path(),
+            "a different relay row 2",
+        );
+        // Rows below and above the mark without the mark's own.
+        let gap = [rows[0].clone(), rows[2].clone()];
+        refused(
+            q.relay(&s.relay.store_id, &gap).await,
+            Path::new("stream file"),
+            q.path(),
+            "but not 2",
+        );
+        assert!(claim_all(&q).await.is_empty());
+        // A plain decimal mark (written before marks had fingerprints) is
+        // read as an id alone: rows 1 and 2 are skipped.
+        crate::write_sql(
+            q.store(),
+            &format!("UPDATE meta SET value = '2' WHERE key = '{key}'"),
+        )
+        .await;
+        assert_eq!(s.relay.relay_queue("q").await.unwrap(), 1);
+        assert_eq!(claim_all(&q).await, [text("c")]);
+        let mark = sql_rows(
+            q.store(),
+            "SELECT value FROM meta WHERE key LIKE 'relayed:%'",
+        )
+        .await;
+        assert_eq!(mark, ["Text(\"3:5:1\")"]);
+    }
+
+    #[tokio::test]
+    async fn a_commit_and_an_open_relay_a_page_per_queue_and_leave_a_backlog_to_the_relayer() {
+        let dir = tempfile::tempdir().unwrap();
+        let batch = RELAY_BATCH as usize;
+        let names: Vec<String> = (0..2 * batch + 500).map(|i| i.to_string()).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        {
+            let died = quiet(dir.path()).await;
+            commit_unrelayed(&died, "q", &names).await;
+        }
+        let q = QueueStore::open(dir.path(), "q", StoreOptions::default())
+            .await
+            .unwrap();
+        let commits = q.store().commits().await;
+        // Opening the store relays a page.
+        let s = quiet(dir.path()).await;
+        assert_eq!(q.store().commits().await, commits + 1);
+        assert_eq!(
+            sql_rows(&s.store, "SELECT min(id), count(*) FROM relay").await,
+            [format!("Integer({}) | Integer({})", batch + 1, batch + 500)]
+        );
+        // A commit relays a page of the queues it sent to.
+        commit_sends(&s, "q", &["last"]).await;
+        assert_eq!(q.store().commits().await, commits + 2);
+        assert_eq!(s.relay.relayed_up_to("q"), 2 * RELAY_BATCH);
+        // The rest is the background relayer's.
+        s.relay.relay_pending(&mut HashMap::new(), usize::MAX).await;
+        assert!(s.relay.pending("q").await.unwrap().is_empty());
+        let got = q.claim(5000, 1_000_000, 1_000, None).await.unwrap();
+        assert_eq!(got.len(), 2 * batch + 501);
+        assert_eq!(got.last().unwrap().payload, text("last"));
+    }
+
     #[tokio::test]
     async fn an_outbox_queue_is_v2_even_when_new_queues_are_v1() {
         let dir = tempfile::tempdir().unwrap();
@@ -1691,11 +1983,16 @@ mod tests {
         tx.outbox_enqueue("mail", &[text("m")], &plain, 0)
             .await
             .unwrap();
-        // A plain queue made by this engine is v1: refused.
-        assert!(matches!(
-            tx.enqueue("plain", &[text("p")], &plain, 0).await,
-            Err(AlkError::InvalidArgument(_))
-        ));
+        // A plain queue made by this engine is v1: refused, without
+        // suggesting a new queue (it would be v1 too).
+        match tx.enqueue("plain", &[text("p")], &plain, 0).await {
+            Err(AlkError::InvalidArgument(m)) => {
+                assert!(m.contains("alk-host migrate queue plain"), "{m}");
+                assert!(m.contains("--new-queues v2"), "{m}");
+                assert!(!m.contains("use a new queue"), "{m}");
+            }
+            other => panic!("{other:?}"),
+        }
         tx.commit().await.unwrap();
         assert_eq!(
             outbox.claim_one(None, 0).await.unwrap().unwrap().payload,
@@ -1893,6 +2190,7 @@ mod tests {
         for (sql, index) in [
             (RELAY_PAGE, "idx_relay_queue"),
             (RELAY_NEXT_QUEUE, "idx_relay_queue"),
+            (RELAY_MARKED, "idx_relay_queue"),
             (RELAY_DONE, "idx_relay_queue"),
         ] {
             let plan = s

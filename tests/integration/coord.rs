@@ -499,7 +499,46 @@ fn scheduler_runners_elect_one_leader_across_processes(d: &Store) {
     );
 }
 
+/// A runner stopped with SIGTERM (or SIGINT) fires what is due and gives
+/// the leadership back before it exits: nobody holds the lock afterwards,
+/// so another runner can take over at once.
+fn a_stopped_runner_gives_the_leadership_back(d: &Store) {
+    let (engine, rt) = engine(d);
+    for signal in ["-TERM", "-INT"] {
+        let mut child = runner(d, "stopping", 60_000, 600.0);
+        let out = collect(&mut child);
+        wait_until("the runner leading", Duration::from_secs(30), || {
+            out.has("leading as").is_some()
+        });
+        let locks = rt.block_on(engine.locks()).unwrap();
+        let held = rt
+            .block_on(locks.holder(alk_store::schedule::SCHEDULER_LOCK, now_ms()))
+            .unwrap();
+        assert_eq!(held.map(|h| h.owner).as_deref(), Some("stopping"));
+        let ok = Command::new("kill")
+            .args([signal, &child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+        let status = child.wait().unwrap();
+        assert!(
+            status.success(),
+            "{signal}: {status}; {:?}",
+            out.err.lock().unwrap()
+        );
+        wait_until("the last lines", Duration::from_secs(5), || {
+            out.has("runner stopping stopped").is_some()
+        });
+        let held = rt
+            .block_on(locks.holder(alk_store::schedule::SCHEDULER_LOCK, now_ms()))
+            .unwrap();
+        assert_eq!(held, None, "{signal}: the lock is still held");
+    }
+}
+
 on_every_engine! {
+    a_stopped_runner_gives_the_leadership_back => a_stopped_runner_gives_the_leadership_back_on_files, a_stopped_runner_gives_the_leadership_back_on_postgres;
     transactions_are_exactly_once_under_kill_9 => transactions_are_exactly_once_under_kill_9_on_files, transactions_are_exactly_once_under_kill_9_on_postgres;
     a_rolled_back_transaction_leaves_nothing_anywhere => a_rolled_back_transaction_leaves_nothing_anywhere_on_files, a_rolled_back_transaction_leaves_nothing_anywhere_on_postgres;
     scheduler_runners_elect_one_leader_across_processes => scheduler_runners_elect_one_leader_across_processes_on_files, scheduler_runners_elect_one_leader_across_processes_on_postgres;

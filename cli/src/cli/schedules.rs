@@ -10,6 +10,8 @@ use alk_host::{
     AlkCtx, AlkError, Durability, Engine, RunnerEvent, RunnerOptions, Schedules, SystemClock,
 };
 
+use tokio::signal::unix::{SignalKind, signal};
+
 use super::run::{HOST_FAILURE, bare, connect, one_line};
 
 /// Run the scheduler, or list the schedules.
@@ -34,7 +36,9 @@ struct StoreArgs {
 
 #[derive(Debug, clap::Subcommand)]
 enum What {
-    /// Fire the stored schedules until stopped (or for `--for` seconds).
+    /// Fire the stored schedules until stopped (SIGINT, SIGTERM, or the end
+    /// of `--for` seconds: each fires what is due and gives the leadership
+    /// back; a runner killed outright keeps it until its TTL runs out).
     ///
     /// Start it on as many machines or processes as you like: one runner
     /// leads (it holds the lock `__alkstore_scheduler`) and fires; the
@@ -177,11 +181,24 @@ impl SchedulesCommand {
                     ..RunnerOptions::default()
                 };
                 println!("runner {owner} started on {}", engine.describe());
+                // SIGINT and SIGTERM stop the runner like the end of `--for`:
+                // it fires what is due and gives the leadership back, so
+                // another runner takes over at once rather than after the
+                // TTL.
+                let mut interrupt = signal(SignalKind::interrupt())?;
+                let mut terminate = signal(SignalKind::terminate())?;
                 loop {
                     let stop = async {
-                        match stop_at {
-                            Some(at) => tokio::time::sleep_until(at).await,
-                            None => std::future::pending().await,
+                        let until = async {
+                            match stop_at {
+                                Some(at) => tokio::time::sleep_until(at).await,
+                                None => std::future::pending().await,
+                            }
+                        };
+                        tokio::select! {
+                            _ = until => {}
+                            _ = interrupt.recv() => {}
+                            _ = terminate.recv() => {}
                         }
                     };
                     match schedules.run(&options, Arc::new(SystemClock), stop).await {

@@ -8,7 +8,7 @@ use alk_store::lock::Locks;
 use alk_store::schedule::Schedules;
 use alk_store::stream::Streams;
 use alk_store::{AlkError, AlkResult, Clock, Engine, Limits, SystemClock};
-use alk_store_turso::{Durability, NewQueues, RetryPolicy, StoreOptions, TursoEngine};
+use alk_store_turso::{Durability, NewKv, NewQueues, RetryPolicy, StoreOptions, TursoEngine};
 use wasmtime::component::ResourceTable;
 
 /// One resource counted against [`Limits::max_open_resources`]; held by
@@ -41,6 +41,8 @@ pub struct AlkCtx {
     schedules: Arc<tokio::sync::OnceCell<Schedules>>,
     /// Resources this instance holds.
     open: Arc<AtomicUsize>,
+    /// `wasi:keyvalue` state.
+    pub(crate) keyvalue: crate::keyvalue::KeyvalueState,
 }
 
 impl Clone for AlkCtx {
@@ -53,6 +55,9 @@ impl Clone for AlkCtx {
             locks: self.locks.clone(),
             schedules: self.schedules.clone(),
             open: Default::default(),
+            keyvalue: crate::keyvalue::KeyvalueState::new(
+                self.keyvalue.default_bucket.clone(),
+            ),
         }
     }
 }
@@ -149,6 +154,8 @@ pub struct AlkCtxBuilder {
     retry: RetryPolicy,
     durability: Durability,
     new_queues: NewQueues,
+    new_kv: NewKv,
+    keyvalue_bucket: String,
 }
 
 impl Default for AlkCtxBuilder {
@@ -161,6 +168,8 @@ impl Default for AlkCtxBuilder {
             retry: RetryPolicy::default(),
             durability: Durability::default(),
             new_queues: NewQueues::default(),
+            new_kv: NewKv::default(),
+            keyvalue_bucket: crate::keyvalue::DEFAULT_BUCKET.to_string(),
         }
     }
 }
@@ -211,6 +220,23 @@ impl AlkCtxBuilder {
         self.new_queues = new_queues;
         self
     }
+    /// The format of kv bucket files the default engine creates:
+    /// `localkv.v1` by default, or `localkv.v2` (a version per put).
+    /// Existing files keep their format either way (see
+    /// [`crate::migrate_kv`]).
+    pub fn new_kv(mut self, new_kv: NewKv) -> Self {
+        self.new_kv = new_kv;
+        self
+    }
+
+    /// The bucket a `wasi:keyvalue` store identifier of `""` opens
+    /// ([`crate::keyvalue::DEFAULT_BUCKET`] unless set); other identifiers
+    /// name their bucket.
+    pub fn keyvalue_default_bucket(mut self, name: impl Into<String>) -> Self {
+        self.keyvalue_bucket = name.into();
+        self
+    }
+
     /// The context.
     pub fn build(self) -> AlkCtx {
         let engine = self.engine.unwrap_or_else(|| {
@@ -220,6 +246,7 @@ impl AlkCtxBuilder {
                     retry: self.retry,
                     durability: self.durability,
                     new_queues: self.new_queues,
+                    new_kv: self.new_kv,
                 },
             ))
         });
@@ -231,6 +258,7 @@ impl AlkCtxBuilder {
             locks: Default::default(),
             schedules: Default::default(),
             open: Default::default(),
+            keyvalue: crate::keyvalue::KeyvalueState::new(self.keyvalue_bucket),
         }
     }
 }

@@ -115,6 +115,7 @@ macro_rules! capability_linker {
 pub mod bindings;
 mod ctx;
 mod error;
+pub mod keyvalue;
 pub mod kv;
 pub mod lock;
 pub mod notify;
@@ -142,8 +143,21 @@ pub mod schedule_defaults {
     /// Most jobs one schedule sends for missed boundaries.
     pub const CATCH_UP: u32 = alk_store::schedule::DEFAULT_CATCH_UP;
 }
+pub use alk_store_turso::kv::Migrated as MigratedKv;
 pub use alk_store_turso::queue::Migrated;
-pub use alk_store_turso::{Durability, NewQueues, RetryPolicy, TursoEngine};
+pub use alk_store_turso::{Durability, NewKv, NewQueues, RetryPolicy, TursoEngine};
+
+/// Moves bucket `name` under `data_dir` from `localkv.v1` to `localkv.v2`
+/// (every key, value and expiry kept, each given a version), in one
+/// transaction. Refused with `busy` while any process — this one included
+/// — has the bucket open: run it before the host uses the bucket.
+pub async fn migrate_kv(
+    data_dir: &std::path::Path,
+    name: &str,
+) -> alk_store::AlkResult<MigratedKv> {
+    alk_store::names::check_name("bucket", name)?;
+    alk_store_turso::kv::KvStore::migrate(data_dir, name, RetryPolicy::default()).await
+}
 
 /// Moves queue `name` under `data_dir` from `localqueue.v1` to
 /// `localqueue.v2` (ids, attempts, receipts and due times kept), in one

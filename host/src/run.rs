@@ -126,6 +126,7 @@ impl Runner {
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
         crate::add_to_linker(&mut linker)?;
+        crate::keyvalue::add_to_linker(&mut linker)?;
         Ok(Runner {
             engine,
             linker,

@@ -404,3 +404,109 @@ fn a_lock_store_with_a_foreign_marker_is_rejected_and_left_untouched() {
         &["somelock.v3", "locallock.v1"],
     );
 }
+
+#[test]
+fn v2_kv_stores_have_exactly_the_documented_schema_and_marker() {
+    assert_stores_match_document_with(
+        "kv-contract",
+        &["--new-kv", "v2"],
+        &[],
+        "kv",
+        "localkv.sqlite",
+        "localkv.v2",
+        &[],
+    );
+}
+
+/// `alk-host migrate kv` turns every bucket the kv contract left into
+/// exactly the documented v2 store, rows included; a second run changes
+/// nothing.
+#[test]
+fn migrated_kv_stores_have_exactly_the_v2_schema_and_keep_every_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_cli("kv-contract", dir.path(), &[], &[]);
+    assert!(out.status.success(), "{}", text(&out.stdout));
+    let expected = sqlite_schema("ddl", &doc("localkv.v2.md"));
+    let files = store_files(dir.path(), "kv", "localkv.sqlite");
+    assert!(files.len() > 1);
+    for file in files {
+        let bucket = file.parent().unwrap().file_name().unwrap().to_string_lossy().into_owned();
+        let before = sqlite_schema("store", &file);
+        assert_eq!(before["meta"], serde_json::json!([["format", "localkv.v1"]]));
+        for run in 0..2 {
+            let out = alk_host()
+                .args(["migrate", "kv", &bucket, "--data-dir"])
+                .arg(dir.path())
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{}", text(&out.stderr));
+            let said = text(&out.stdout);
+            let want = if run == 0 { "migrated from localkv.v1 to localkv.v2" } else { "already localkv.v2" };
+            assert!(said.contains(want), "{said}");
+        }
+        let after = sqlite_schema("store", &file);
+        assert_eq!(after["integrity"], "ok");
+        assert_eq!(after["tables"], expected["tables"], "{}", file.display());
+        assert_eq!(after["indexes"], expected["indexes"], "{}", file.display());
+        assert_eq!(after["meta"], serde_json::json!([["format", "localkv.v2"]]));
+        assert_eq!(after["rows"]["kv"], before["rows"]["kv"], "{bucket}: rows kept");
+    }
+}
+
+/// A `localkv.v2` file made by another program (stock SQLite, the shared
+/// format's exact DDL, versions of its own shape) is used as it is: reads,
+/// compare-and-swap against its versions, writes with fresh versions that
+/// stock SQLite reads back; the file stays v2.
+#[test]
+fn a_localkv_v2_file_of_another_program_is_used_natively_both_ways() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = foreign_store(
+        dir.path(),
+        "kv/shared/localkv.sqlite",
+        "CREATE TABLE IF NOT EXISTS meta (\n    key   TEXT PRIMARY KEY,\n    value TEXT NOT NULL\n);\n\
+         INSERT OR IGNORE INTO meta (key, value) VALUES ('format', 'localkv.v2');\n\n\
+         CREATE TABLE IF NOT EXISTS kv (\n    key        TEXT PRIMARY KEY,\n    value      BLOB NOT NULL,\n    expires_at INTEGER,         -- unix epoch MILLISECONDS, NULL = no expiry\n    version    TEXT NOT NULL    -- changes on every applied put\n);\n\
+         INSERT INTO kv VALUES ('greeting', x'68656c6c6f', NULL, 'v-from-the-other-program');\n\
+         INSERT INTO kv VALUES ('atomics_key', x'35', NULL, '018f-other');\n\
+         INSERT INTO kv VALUES ('gone', x'00', 1, 'old');",
+    );
+    let get = |key: &str| {
+        let out = run_cli("kv-tool", dir.path(), &[], &["get", "shared", key]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout).trim_end().to_string()
+    };
+    assert_eq!(get("greeting"), "hello");
+    assert_eq!(get("gone"), "(absent)");
+    // An increment is a compare-and-swap on the other program's version.
+    let out = run_cli(
+        "keyvalue-draft",
+        dir.path(),
+        &["--keyvalue-bucket", "shared"],
+        &["increment", "", "atomics_key", "2"],
+    );
+    assert_eq!(text(&out.stdout).trim(), "7", "{}", text(&out.stderr));
+    let out = run_cli("kv-tool", dir.path(), &[], &["set", "shared", "new", "x"]);
+    assert!(out.status.success());
+    let py = "import sqlite3, sys, shutil, tempfile, os\n\
+              d = tempfile.mkdtemp()\n\
+              for s in ('', '-wal'):\n    \
+                  p = sys.argv[1] + s\n    \
+                  if os.path.exists(p): shutil.copyfile(p, os.path.join(d, 'f' + s))\n\
+              c = sqlite3.connect(os.path.join(d, 'f'))\n\
+              for k, v, ver in c.execute('SELECT key, value, version FROM kv ORDER BY key'):\n    \
+                  print(k, bytes(v).decode(), ver)\n\
+              print(c.execute(\"SELECT value FROM meta WHERE key = 'format'\").fetchone()[0])\n";
+    let out = Command::new(python()).arg("-c").arg(py).arg(&file).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let seen = text(&out.stdout);
+    let lines: Vec<Vec<&str>> = seen.lines().map(|l| l.split(' ').collect()).collect();
+    assert_eq!(lines.last().unwrap(), &["localkv.v2"]);
+    let row = |key: &str| lines.iter().find(|l| l[0] == key).unwrap_or_else(|| panic!("{key} in {seen}")).clone();
+    assert_eq!(row("greeting"), ["greeting", "hello", "v-from-the-other-program"]);
+    let counter = row("atomics_key");
+    assert_eq!(counter[1], "7");
+    assert!(counter[2].len() == 32 && counter[2] != "018f-other", "{seen}");
+    let new = row("new");
+    assert_eq!(new[1], "x");
+    assert_eq!(new[2].len(), 32);
+}

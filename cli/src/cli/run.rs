@@ -7,7 +7,7 @@ use std::time::Duration;
 use std::sync::Arc;
 
 use alk_host::{
-    AlkCtx, AlkError, Durability, NewQueues, PostgresEngine, PostgresOptions, RunOptions,
+    AlkCtx, AlkError, Durability, NewKv, NewQueues, PostgresEngine, PostgresOptions, RunOptions,
     RunStatus, Runner,
 };
 
@@ -80,6 +80,21 @@ pub struct RunCommand {
     #[arg(long, value_enum, default_value = "v2", conflicts_with = "store")]
     new_queues: NewQueuesArg,
 
+    /// The format of kv bucket files this host creates. `v1` (the
+    /// default): the data directory layout's original format. `v2`: a
+    /// version per put, what compare-and-swap compares, and the format the
+    /// other program sharing the layout now reads. Existing bucket files
+    /// keep their format; move a v1 bucket to v2 with
+    /// `alk-host migrate kv NAME`.
+    #[arg(long, value_enum, default_value = "v1", conflicts_with = "store")]
+    new_kv: NewQueuesArg,
+
+    /// The bucket a `wasi:keyvalue` guest opens with the store identifier
+    /// `""`; other identifiers name their bucket.
+    #[arg(long, value_name = "NAME", default_value = alk_host::keyvalue::DEFAULT_BUCKET,
+          value_parser = bucket_name)]
+    keyvalue_bucket: String,
+
     #[command(flatten)]
     cache: CacheArgs,
 
@@ -88,7 +103,14 @@ pub struct RunCommand {
     args: Vec<String>,
 }
 
-/// `--new-queues` values.
+/// A valid bucket name, or why not.
+fn bucket_name(name: &str) -> Result<String, String> {
+    alk_host::keyvalue::check_bucket_name(name)
+        .map(|()| name.to_string())
+        .map_err(|e| e.to_string())
+}
+
+/// `--new-queues` and `--new-kv` values.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 enum NewQueuesArg {
     V1,
@@ -198,10 +220,18 @@ impl RunCommand {
                         NewQueuesArg::V1 => NewQueues::V1,
                         NewQueuesArg::V2 => NewQueues::V2,
                     })
+                    .new_kv(match self.new_kv {
+                        NewQueuesArg::V1 => NewKv::V1,
+                        NewQueuesArg::V2 => NewKv::V2,
+                    })
+                    .keyvalue_default_bucket(&self.keyvalue_bucket)
                     .build(),
                 Some(url) => {
                     let engine = connect(&url, durability).await?;
-                    AlkCtx::builder().engine(Arc::new(engine)).build()
+                    AlkCtx::builder()
+                        .engine(Arc::new(engine))
+                        .keyvalue_default_bucket(&self.keyvalue_bucket)
+                        .build()
                 }
             };
             let runner = Runner::with_cache(cache_dir.as_deref())?;
@@ -293,7 +323,7 @@ impl CompileCommand {
     }
 }
 
-/// `alk-host migrate queue NAME`.
+/// `alk-host migrate queue NAME` and `alk-host migrate kv NAME`.
 #[derive(Debug, clap::Args)]
 pub struct MigrateCommand {
     /// What to migrate.
@@ -315,12 +345,23 @@ enum MigrateWhat {
         #[arg(long, value_name = "DIR", default_value = ".alk")]
         data_dir: PathBuf,
     },
+    /// Move a kv bucket file from `localkv.v1` to `localkv.v2`, keeping
+    /// every key, value and expiry and giving each key a version. Stop every
+    /// process using the bucket first: the migration refuses to run while
+    /// one has it open, and no process can open it while it runs. Programs
+    /// that read only `localkv.v1` can no longer read the bucket afterwards.
+    Kv {
+        /// The bucket's name.
+        name: String,
+        /// Data directory of the stores.
+        #[arg(long, value_name = "DIR", default_value = ".alk")]
+        data_dir: PathBuf,
+    },
 }
 
 impl MigrateCommand {
-    /// Runs the migration; exit code 0 when the queue is v2 afterwards.
+    /// Runs the migration; exit code 0 when the store is v2 afterwards.
     pub fn execute(self) -> ExitCode {
-        let MigrateWhat::Queue { name, data_dir } = self.what;
         let runtime = match tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -331,17 +372,30 @@ impl MigrateCommand {
                 return ExitCode::from(HOST_FAILURE);
             }
         };
-        match runtime.block_on(alk_host::migrate_queue(&data_dir, &name)) {
-            Ok(alk_host::Migrated::Upgraded) => {
-                println!("queue {name}: migrated from localqueue.v1 to localqueue.v2");
+        let (what, name, done) = match self.what {
+            MigrateWhat::Queue { name, data_dir } => {
+                let done = runtime.block_on(alk_host::migrate_queue(&data_dir, &name));
+                let done = done.map(|m| m == alk_host::Migrated::Upgraded);
+                (("queue", "localqueue.v1", "localqueue.v2"), name, done)
+            }
+            MigrateWhat::Kv { name, data_dir } => {
+                let done = runtime.block_on(alk_host::migrate_kv(&data_dir, &name));
+                let done = done.map(|m| m == alk_host::MigratedKv::Upgraded);
+                (("bucket", "localkv.v1", "localkv.v2"), name, done)
+            }
+        };
+        let (kind, from, to) = what;
+        match done {
+            Ok(true) => {
+                println!("{kind} {name}: migrated from {from} to {to}");
                 ExitCode::SUCCESS
             }
-            Ok(alk_host::Migrated::AlreadyV2) => {
-                println!("queue {name}: already localqueue.v2; nothing to do");
+            Ok(false) => {
+                println!("{kind} {name}: already {to}; nothing to do");
                 ExitCode::SUCCESS
             }
             Err(e) => {
-                eprintln!("alk-host: error: queue {name}: {e}");
+                eprintln!("alk-host: error: {kind} {name}: {e}");
                 ExitCode::from(HOST_FAILURE)
             }
         }

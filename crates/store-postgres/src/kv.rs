@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use alk_store::kv::KvEngine;
+use alk_store::kv::{Expected, KvEngine};
 use alk_store::limits::page;
 use alk_store::{AlkError, AlkResult};
 use async_trait::async_trait;
@@ -23,6 +23,8 @@ pub(crate) struct PgBucket {
     delete: String,
     scan_range: String,
     scan_from: String,
+    swap: String,
+    delete_many: String,
 }
 
 impl PgBucket {
@@ -38,6 +40,8 @@ impl PgBucket {
             delete: s.get(sql::KV_DELETE),
             scan_range: s.get(sql::KV_SCAN_RANGE),
             scan_from: s.get(sql::KV_SCAN_FROM),
+            swap: s.get(sql::KV_SWAP),
+            delete_many: s.get(sql::KV_DELETE_MANY),
             name: name.to_string(),
             inner,
         }
@@ -224,17 +228,87 @@ impl KvEngine for PgBucket {
             .await
     }
 
+    async fn delete_many(&self, keys: &[String]) -> AlkResult<()> {
+        let (bucket, delete_many) = (&self.name, &self.delete_many);
+        self.inner
+            .run(|c| {
+                Box::pin(async move {
+                    let stmt = c.prepare_cached(delete_many).await?;
+                    c.execute(&stmt, &[bucket, &keys]).await?;
+                    Ok(())
+                })
+            })
+            .await
+    }
+
+    async fn read_for_swap(&self, key: &str, now: i64) -> AlkResult<Option<(Vec<u8>, Expected)>> {
+        // No versions in this schema: a swap compares values.
+        let (bucket, get) = (&self.name, &self.get);
+        let db_now = self.inner.clock.to_db(now);
+        let found = self
+            .inner
+            .run(|c| {
+                Box::pin(async move {
+                    let stmt = c.prepare_cached(get).await?;
+                    let Some(row) = c.query_opt(&stmt, &[bucket, &key]).await? else {
+                        return Ok(None);
+                    };
+                    let value: Vec<u8> = row.try_get(0)?;
+                    let expires_at: Option<i64> = row.try_get(1)?;
+                    Ok(Some((value, expires_at)))
+                })
+            })
+            .await?;
+        Ok(found
+            .filter(|(_, at)| live(*at, db_now))
+            .map(|(v, _)| (v.clone(), Expected::Value(v))))
+    }
+
+    async fn swap(
+        &self,
+        key: &str,
+        expected: &Expected,
+        value: &[u8],
+        expires_at: Option<i64>,
+        now: i64,
+    ) -> AlkResult<bool> {
+        match expected {
+            Expected::Absent => self.set_if_absent(key, value, expires_at, now).await,
+            Expected::Value(old) => {
+                let db_now = self.inner.clock.to_db(now);
+                let expires_at = expires_at.map(|at| self.inner.clock.to_db(at));
+                let (bucket, swap) = (&self.name, &self.swap);
+                self.inner
+                    .run(|c| {
+                        Box::pin(async move {
+                            let stmt = c.prepare_cached(swap).await?;
+                            let won = c
+                                .query_opt(&stmt, &[bucket, &key, &value, &expires_at, old, &db_now])
+                                .await?;
+                            Ok(won.is_some())
+                        })
+                    })
+                    .await
+            }
+            // This schema hands out no versions.
+            Expected::Version(_) => Ok(false),
+        }
+    }
+
     async fn scan_prefix(
         &self,
         prefix: &str,
-        skip: u64,
+        after: Option<&str>,
         limit: usize,
         now: i64,
         max_bytes: usize,
     ) -> AlkResult<(Vec<(String, Vec<u8>)>, bool)> {
         let now = self.inner.clock.to_db(now);
         let end = prefix_end(prefix);
-        let skip = i64::try_from(skip).unwrap_or(i64::MAX);
+        let (start, inclusive) = match after {
+            Some(after) => (after, false),
+            None => (prefix, true),
+        };
         // One row more than asked tells whether there is more.
         let fetch = limit as i64 + 1;
         let bucket = &self.name;
@@ -247,12 +321,12 @@ impl KvEngine for PgBucket {
                     let rows = match end {
                         Some(end) => {
                             let stmt = c.prepare_cached(scan_range).await?;
-                            c.query(&stmt, &[bucket, &prefix, end, &now, &skip, &fetch, &cap])
+                            c.query(&stmt, &[bucket, &start, end, &now, &inclusive, &fetch, &cap])
                                 .await?
                         }
                         None => {
                             let stmt = c.prepare_cached(scan_from).await?;
-                            c.query(&stmt, &[bucket, &prefix, &now, &skip, &fetch, &cap])
+                            c.query(&stmt, &[bucket, &start, &now, &inclusive, &fetch, &cap])
                                 .await?
                         }
                     };

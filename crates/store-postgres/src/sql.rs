@@ -189,19 +189,27 @@ VALUES ($1, $2, $3, $4) ON CONFLICT (bucket, key) DO UPDATE SET value = EXCLUDED
 expires_at = EXCLUDED.expires_at WHERE cur.expires_at <= $5 RETURNING 1";
 /// Deletes a key.
 pub const KV_DELETE: &str = "DELETE FROM alk.kv WHERE bucket = $1 AND key = $2";
-/// Live keys in `[$2, $3)` in byte order (the range of a prefix), after
-/// skipping `$5`, at most `$6`, with each value's size; a value itself only
-/// while the sizes up to it stay within `$7` bytes (or it is the first).
+/// Live keys in `[$2, $3)` in byte order (the range of a prefix), `$2`
+/// itself only when `$5` (a page after the first starts at the last key
+/// returned, exclusive), at most `$6`, with each value's size; a value
+/// itself only while the sizes up to it stay within `$7` bytes (or it is
+/// the first).
 pub const KV_SCAN_RANGE: &str = "SELECT key, size, CASE WHEN running <= $7 OR running = size THEN value END FROM (\
 SELECT key, value, length(value)::bigint AS size, sum(length(value)) OVER (ORDER BY key ROWS UNBOUNDED PRECEDING) AS running \
-FROM (SELECT key, value FROM alk.kv WHERE bucket = $1 AND key >= $2 AND key < $3 \
-AND (expires_at IS NULL OR expires_at > $4) ORDER BY key OFFSET $5 LIMIT $6) AS page) AS sized ORDER BY key";
+FROM (SELECT key, value FROM alk.kv WHERE bucket = $1 AND key >= $2 AND (key > $2 OR $5) AND key < $3 \
+AND (expires_at IS NULL OR expires_at > $4) ORDER BY key LIMIT $6) AS page) AS sized ORDER BY key";
 /// [`KV_SCAN_RANGE`] from `$2` on, without an upper end (the empty
-/// prefix): now `$3`, skip `$4`, at most `$5`, cap `$6`.
+/// prefix): now `$3`, `$2` included `$4`, at most `$5`, cap `$6`.
 pub const KV_SCAN_FROM: &str = "SELECT key, size, CASE WHEN running <= $6 OR running = size THEN value END FROM (\
 SELECT key, value, length(value)::bigint AS size, sum(length(value)) OVER (ORDER BY key ROWS UNBOUNDED PRECEDING) AS running \
-FROM (SELECT key, value FROM alk.kv WHERE bucket = $1 AND key >= $2 \
-AND (expires_at IS NULL OR expires_at > $3) ORDER BY key OFFSET $4 LIMIT $5) AS page) AS sized ORDER BY key";
+FROM (SELECT key, value FROM alk.kv WHERE bucket = $1 AND key >= $2 AND (key > $2 OR $4) \
+AND (expires_at IS NULL OR expires_at > $3) ORDER BY key LIMIT $5) AS page) AS sized ORDER BY key";
+/// Compare-and-swap by value: returns a row when key `$2` held `$5` and was
+/// live at `$6`, and now holds `$3` with expiry `$4`.
+pub const KV_SWAP: &str = "UPDATE alk.kv SET value = $3, expires_at = $4 \
+WHERE bucket = $1 AND key = $2 AND value = $5 AND (expires_at IS NULL OR expires_at > $6) RETURNING 1";
+/// Deletes several keys at once.
+pub const KV_DELETE_MANY: &str = "DELETE FROM alk.kv WHERE bucket = $1 AND key = ANY($2)";
 
 /// Appends messages: `$2` of them, kinds `$3`, bodies `$4`, sent at `$5`,
 /// with the stamp: group `$6` (or NULL), priority `$7`, due at `$8`,
@@ -471,6 +479,8 @@ pub const STATEMENTS: &[(&str, &str)] = &[
     ("KV_DELETE", KV_DELETE),
     ("KV_SCAN_RANGE", KV_SCAN_RANGE),
     ("KV_SCAN_FROM", KV_SCAN_FROM),
+    ("KV_SWAP", KV_SWAP),
+    ("KV_DELETE_MANY", KV_DELETE_MANY),
     ("Q_SEND", Q_SEND),
     ("Q_CLAIM_LANE", Q_CLAIM_LANE),
     ("Q_HEADS", Q_HEADS),

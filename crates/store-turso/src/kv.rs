@@ -1,19 +1,29 @@
-//! `localkv.v1`: the key-value store format and its only implementation.
+//! `localkv.v1` and `localkv.v2`: the key-value store formats and their
+//! only implementation.
 //!
-//! The schema and every statement are defined here, once, and pinned by
-//! `docs/formats/localkv.v1.md`; a test checks that the document carries the
-//! same DDL and statements. Any change to either must change both, and an
-//! incompatible change must bump the format marker.
+//! The schemas and every statement are defined here, once, and pinned by
+//! `docs/formats/localkv.v1.md` and `docs/formats/localkv.v2.md`; tests
+//! check that the documents carry the same DDL and statements. Any change
+//! to either must change both, and an incompatible change must bump the
+//! format marker.
+//!
+//! `localkv.v2` is `localkv.v1` plus a `version` column that every applied
+//! put changes, which compare-and-swap compares. New buckets are v1 unless
+//! the host is configured otherwise ([`NewKv`]); a file of either format is
+//! used as it is, and [`KvStore::migrate`] moves a v1 file to v2.
 
 use std::path::{Path, PathBuf};
 
 use alk_store::kv::KvEngine;
+
 use alk_store::{AlkError, AlkResult};
 use async_trait::async_trait;
 use turso::{Connection, Value};
 
-use crate::open::{Format, Store, StoreOptions, open_store};
-use crate::retry::{Failure, exec, query};
+use alk_store::kv::Expected;
+
+use crate::open::{Format, NewKv, Store, StoreOptions, open_store};
+use crate::retry::{Failure, exec, query, text_or_null};
 
 /// The DDL of `localkv.v1`, run (idempotently) on every open.
 pub const DDL: &str = "\
@@ -29,11 +39,71 @@ CREATE TABLE IF NOT EXISTS kv (
 );
 ";
 
-/// The `localkv.v1` format.
+/// The DDL of `localkv.v2`, run (idempotently) on every open.
+pub const DDL_V2: &str = "\
+CREATE TABLE IF NOT EXISTS meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+INSERT OR IGNORE INTO meta (key, value) VALUES ('format', 'localkv.v2');
+
+CREATE TABLE IF NOT EXISTS kv (
+    key        TEXT PRIMARY KEY,
+    value      BLOB NOT NULL,
+    expires_at INTEGER,         -- unix epoch MILLISECONDS, NULL = no expiry
+    version    TEXT NOT NULL    -- changes on every applied put
+);
+";
+
+/// What turns a `localkv.v1` file into a `localkv.v2` one, in one
+/// `BEGIN IMMEDIATE` transaction with every other process kept out: the
+/// rows move to a table of the v2 schema, each with a fresh version.
+pub const MIGRATE: &str = "\
+CREATE TABLE kv_v1 (key TEXT PRIMARY KEY, value BLOB NOT NULL, expires_at INTEGER);
+INSERT INTO kv_v1 (key, value, expires_at) SELECT key, value, expires_at FROM kv;
+DROP TABLE kv;
+CREATE TABLE IF NOT EXISTS kv (
+    key        TEXT PRIMARY KEY,
+    value      BLOB NOT NULL,
+    expires_at INTEGER,         -- unix epoch MILLISECONDS, NULL = no expiry
+    version    TEXT NOT NULL    -- changes on every applied put
+);
+INSERT INTO kv (key, value, expires_at, version)
+    SELECT key, value, expires_at, lower(hex(randomblob(16))) FROM kv_v1;
+DROP TABLE kv_v1;
+UPDATE meta SET value = 'localkv.v2' WHERE key = 'format';
+";
+
+/// The `localkv.v1` format, alone.
 pub static FORMAT: Format = Format {
     marker: "localkv.v1",
     ddl: DDL,
     also: &[],
+    upgrades: &[],
+};
+
+/// The `localkv.v2` format, alone.
+pub static FORMAT_V2: Format = Format {
+    marker: "localkv.v2",
+    ddl: DDL_V2,
+    also: &[],
+    upgrades: &[],
+};
+
+/// Buckets whose new files are `localkv.v1` (the default); v2 files are
+/// used as they are.
+pub static NEW_V1: Format = Format {
+    marker: "localkv.v1",
+    ddl: DDL,
+    also: &[&FORMAT_V2],
+    upgrades: &[],
+};
+
+/// Buckets whose new files are `localkv.v2`; v1 files are used as they are.
+pub static NEW_V2: Format = Format {
+    marker: "localkv.v2",
+    ddl: DDL_V2,
+    also: &[&FORMAT],
     upgrades: &[],
 };
 
@@ -54,8 +124,49 @@ pub const DELETE: &str = "DELETE FROM kv WHERE key = ?1";
 /// Prefix scan: rows from the prefix on, in key order; the reader stops at
 /// the first key that no longer starts with the prefix.
 pub const SCAN: &str = "SELECT key, value, expires_at FROM kv WHERE key >= ?1 ORDER BY key";
+/// The next page of a prefix scan: rows after the last key returned.
+pub const SCAN_AFTER: &str = "SELECT key, value, expires_at FROM kv WHERE key > ?1 ORDER BY key";
+/// Compare-and-swap by value: wins (changed rows = 1) when the key holds
+/// `?4` and is live at `?5`.
+pub const SWAP: &str = "UPDATE kv SET value = ?2, expires_at = ?3 \
+WHERE key = ?1 AND CAST(value AS BLOB) = ?4 AND (expires_at IS NULL OR expires_at > ?5)";
 
-/// A `localkv.v1` bucket: `<data-dir>/kv/<bucket>/localkv.sqlite`.
+/// `localkv.v2`: reads a key and its version.
+pub const SELECT_V2: &str = "SELECT value, expires_at, version FROM kv WHERE key = ?1";
+/// `localkv.v2`: unconditional upsert with a fresh version `?4`.
+pub const PUT_V2: &str = "INSERT INTO kv (key, value, expires_at, version) VALUES (?1, ?2, ?3, ?4) \
+ON CONFLICT(key) DO UPDATE SET value = ?2, expires_at = ?3, version = ?4";
+/// `localkv.v2`: conditional upsert; wins when the key is absent or
+/// expired at `?5`.
+pub const PUT_IF_ABSENT_V2: &str = "INSERT INTO kv (key, value, expires_at, version) VALUES (?1, ?2, ?3, ?4) \
+ON CONFLICT(key) DO UPDATE SET value = ?2, expires_at = ?3, version = ?4 \
+WHERE kv.expires_at IS NOT NULL AND kv.expires_at <= ?5";
+/// `localkv.v2`: compare-and-swap by value, for a key whose version is
+/// not text (written so by another program); wins when the key holds `?5`
+/// and is live at `?6`.
+pub const SWAP_V2: &str = "UPDATE kv SET value = ?2, expires_at = ?3, version = ?4 \
+WHERE key = ?1 AND CAST(value AS BLOB) = ?5 AND (expires_at IS NULL OR expires_at > ?6)";
+/// `localkv.v2`: conditional put by version; wins when the key holds
+/// version `?5` and is live at `?6`.
+pub const PUT_IF_VERSION_V2: &str = "UPDATE kv SET value = ?2, expires_at = ?3, version = ?4 \
+WHERE key = ?1 AND version = ?5 AND (expires_at IS NULL OR expires_at > ?6)";
+
+/// A fresh version for a `localkv.v2` put: 32 random hex digits.
+fn fresh_version() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
+/// What [`KvStore::migrate`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Migrated {
+    /// The file was `localkv.v1` and is now `localkv.v2`.
+    Upgraded,
+    /// The file was already `localkv.v2`; nothing changed.
+    AlreadyV2,
+}
+
+/// A bucket: `<data-dir>/kv/<bucket>/localkv.sqlite`, `localkv.v1` or
+/// `localkv.v2`.
 #[derive(Debug, Clone)]
 pub struct KvStore {
     store: Store,
@@ -73,7 +184,7 @@ fn expired(expires_at: Option<i64>, now: i64) -> bool {
 /// The row of `key` in `store`'s file breaks the format.
 fn corrupt(store: &Store, key: &str, column: &str, found: &Value) -> Failure {
     Failure::Alk(AlkError::Internal(format!(
-        "{}: key {key:?} has {found:?} in {column}, which localkv.v1 does not allow; the store is corrupt",
+        "{}: key {key:?} has {found:?} in {column}, which its format does not allow; the store is corrupt",
         store.path().display()
     )))
 }
@@ -103,8 +214,91 @@ impl KvStore {
         bucket: &str,
         options: impl Into<StoreOptions>,
     ) -> AlkResult<Self> {
-        let store = open_store(&bucket_path(data_dir, bucket), &FORMAT, options).await?;
+        let options = options.into();
+        let format = match options.new_kv {
+            NewKv::V1 => &NEW_V1,
+            NewKv::V2 => &NEW_V2,
+        };
+        let store = open_store(&bucket_path(data_dir, bucket), format, options).await?;
         Ok(KvStore { store })
+    }
+
+    /// Moves bucket `bucket` under `data_dir` from `localkv.v1` to
+    /// `localkv.v2`, in one transaction: every key keeps its value and
+    /// expiry and gets a version. Refused (`busy`) while any process has
+    /// the bucket open; no process can open it while the migration runs. A
+    /// file that does not exist is not created.
+    pub async fn migrate(
+        data_dir: &Path,
+        bucket: &str,
+        options: impl Into<StoreOptions>,
+    ) -> AlkResult<Migrated> {
+        let path = bucket_path(data_dir, bucket);
+        if !path.exists() {
+            return Err(AlkError::InvalidArgument(format!(
+                "there is no bucket {bucket} under {} ({} does not exist)",
+                data_dir.display(),
+                path.display()
+            )));
+        }
+        // Only a kv store is migrated: an empty file would otherwise be
+        // made a new v2 store by the open below.
+        let contents = crate::inspect::inspect(&path).map_err(|e| {
+            AlkError::Internal(format!("cannot read {}: {e}", path.display()))
+        })?;
+        match contents {
+            crate::inspect::Contents::Marker(m) if m == FORMAT.marker || m == FORMAT_V2.marker => {}
+            other => {
+                return Err(AlkError::InvalidArgument(format!(
+                    "{} is not a kv bucket store ({other:?}); nothing was changed",
+                    path.display()
+                )));
+            }
+        }
+        let store = Store::unopened(&path, &NEW_V2, options.into());
+        store
+            .with_exclusive(async |conn: &Connection, found: &'static Format| {
+                if found.marker == FORMAT_V2.marker {
+                    return Ok(Migrated::AlreadyV2);
+                }
+                conn.execute("BEGIN IMMEDIATE", ()).await?;
+                let upgraded = async {
+                    // Read the marker again inside the transaction.
+                    let mut rows =
+                        query(conn, "SELECT value FROM meta WHERE key = 'format'", ()).await?;
+                    let mut marker = None;
+                    while let Some(row) = rows.next().await? {
+                        marker = text_or_null(&row, 0)?;
+                    }
+                    drop(rows);
+                    if marker.as_deref() != Some(FORMAT.marker) {
+                        return Ok(false);
+                    }
+                    conn.execute_batch(MIGRATE).await?;
+                    Ok::<bool, Failure>(true)
+                }
+                .await;
+                match upgraded {
+                    Ok(true) => {
+                        conn.execute("COMMIT", ()).await?;
+                        Ok(Migrated::Upgraded)
+                    }
+                    Ok(false) => {
+                        conn.execute("ROLLBACK", ()).await?;
+                        Ok(Migrated::AlreadyV2)
+                    }
+                    Err(e) => {
+                        let _ = conn.execute("ROLLBACK", ()).await;
+                        Err(e)
+                    }
+                }
+            })
+            .await
+    }
+
+    /// Whether the file is `localkv.v2`.
+    pub async fn is_v2(&self) -> AlkResult<bool> {
+        Ok(self.store.file_format().await?.marker == FORMAT_V2.marker)
     }
 
     /// The bucket's file.
@@ -128,6 +322,46 @@ async fn select(
         ));
     }
     Ok(found)
+}
+
+/// A key's value, expiry and version (`localkv.v2`).
+async fn select_v2(
+    store: &Store,
+    conn: &Connection,
+    key: &str,
+) -> Result<Option<(Vec<u8>, Option<i64>, Option<String>)>, Failure> {
+    let mut rows = query(conn, SELECT_V2, (key,)).await?;
+    let mut found = None;
+    while let Some(row) = rows.next().await? {
+        // alk writes text; a version of another type (another program's)
+        // is compared through the value instead.
+        let version = match row.get_value(2)? {
+            Value::Text(v) => Some(v),
+            _ => None,
+        };
+        found = Some((
+            value_of(store, key, row.get_value(0)?)?,
+            expiry_of(store, key, row.get_value(1)?)?,
+            version,
+        ));
+    }
+    Ok(found)
+}
+
+/// Stores one key, with a fresh version on `localkv.v2`.
+async fn put(
+    conn: &Connection,
+    v2: bool,
+    key: &str,
+    value: &[u8],
+    expires_at: Option<i64>,
+) -> Result<(), Failure> {
+    if v2 {
+        exec(conn, PUT_V2, (key, value.to_vec(), expires_at, fresh_version())).await?;
+    } else {
+        exec(conn, PUT, (key, value.to_vec(), expires_at)).await?;
+    }
+    Ok(())
 }
 
 #[async_trait]
@@ -206,12 +440,10 @@ impl KvEngine for KvStore {
     }
 
     async fn set(&self, key: &str, value: &[u8], expires_at: Option<i64>) -> AlkResult<()> {
+        let v2 = self.is_v2().await?;
         self.store
             .run_write(|conn: Connection| {
-                Box::pin(async move {
-                    exec(&conn, PUT, (key, value.to_vec(), expires_at)).await?;
-                    Ok(())
-                })
+                Box::pin(async move { put(&conn, v2, key, value, expires_at).await })
             })
             .await
     }
@@ -221,11 +453,12 @@ impl KvEngine for KvStore {
         entries: &[(String, Vec<u8>)],
         expires_at: Option<i64>,
     ) -> AlkResult<()> {
+        let v2 = self.is_v2().await?;
         self.store
             .run_immediate(|conn: Connection| {
                 Box::pin(async move {
                     for (key, value) in entries {
-                        exec(&conn, PUT, (key.as_str(), value.clone(), expires_at)).await?;
+                        put(&conn, v2, key, value, expires_at).await?;
                     }
                     Ok(())
                 })
@@ -240,13 +473,10 @@ impl KvEngine for KvStore {
         expires_at: Option<i64>,
         now: i64,
     ) -> AlkResult<bool> {
+        let v2 = self.is_v2().await?;
         self.store
             .run_write(|conn: Connection| {
-                Box::pin(async move {
-                    let changed =
-                        exec(&conn, PUT_IF_ABSENT, (key, value.to_vec(), expires_at, now)).await?;
-                    Ok(changed == 1)
-                })
+                Box::pin(async move { put_if_absent(&conn, v2, key, value, expires_at, now).await })
             })
             .await
     }
@@ -262,10 +492,106 @@ impl KvEngine for KvStore {
             .await
     }
 
+    async fn delete_many(&self, keys: &[String]) -> AlkResult<()> {
+        self.store
+            .run_immediate(|conn: Connection| {
+                Box::pin(async move {
+                    for key in keys {
+                        exec(&conn, DELETE, (key.as_str(),)).await?;
+                    }
+                    Ok(())
+                })
+            })
+            .await
+    }
+
+    async fn read_for_swap(&self, key: &str, now: i64) -> AlkResult<Option<(Vec<u8>, Expected)>> {
+        let store = &self.store;
+        if self.is_v2().await? {
+            let found = store
+                .run(|conn: Connection| Box::pin(async move { select_v2(store, &conn, key).await }))
+                .await?;
+            // An expired key reads as absent (and is left for `get` to delete).
+            Ok(found
+                .filter(|(_, at, _)| !expired(*at, now))
+                .map(|(v, _, version)| match version {
+                    Some(version) => (v, Expected::Version(version)),
+                    None => (v.clone(), Expected::Value(v)),
+                }))
+        } else {
+            let found = store
+                .run(|conn: Connection| Box::pin(async move { select(store, &conn, key).await }))
+                .await?;
+            Ok(found
+                .filter(|(_, at)| !expired(*at, now))
+                .map(|(v, _)| (v.clone(), Expected::Value(v))))
+        }
+    }
+
+    async fn swap(
+        &self,
+        key: &str,
+        expected: &Expected,
+        value: &[u8],
+        expires_at: Option<i64>,
+        now: i64,
+    ) -> AlkResult<bool> {
+        let v2 = self.is_v2().await?;
+        self.store
+            .run_write(|conn: Connection| {
+                Box::pin(async move {
+                    let changed = match (expected, v2) {
+                        (Expected::Absent, _) => {
+                            return put_if_absent(&conn, v2, key, value, expires_at, now).await;
+                        }
+                        (Expected::Version(version), true) => {
+                            exec(
+                                &conn,
+                                PUT_IF_VERSION_V2,
+                                (
+                                    key,
+                                    value.to_vec(),
+                                    expires_at,
+                                    fresh_version(),
+                                    version.as_str(),
+                                    now,
+                                ),
+                            )
+                            .await?
+                        }
+                        (Expected::Value(old), false) => {
+                            exec(&conn, SWAP, (key, value.to_vec(), expires_at, old.clone(), now))
+                                .await?
+                        }
+                        (Expected::Value(old), true) => {
+                            exec(
+                                &conn,
+                                SWAP_V2,
+                                (
+                                    key,
+                                    value.to_vec(),
+                                    expires_at,
+                                    fresh_version(),
+                                    old.clone(),
+                                    now,
+                                ),
+                            )
+                            .await?
+                        }
+                        // A reading taken before the file changed format
+                        // never wins.
+                        (Expected::Version(_), false) => 0,
+                    };
+                    Ok(changed == 1)
+                })
+            })
+            .await
+    }
+
     async fn scan_prefix(
         &self,
         prefix: &str,
-        skip: u64,
+        after: Option<&str>,
         limit: usize,
         now: i64,
         max_bytes: usize,
@@ -274,8 +600,10 @@ impl KvEngine for KvStore {
         store
             .run(|conn: Connection| {
                 Box::pin(async move {
-                    let mut rows = query(&conn, SCAN, (prefix,)).await?;
-                    let mut skipped = 0u64;
+                    let mut rows = match after {
+                        Some(after) => query(&conn, SCAN_AFTER, (after,)).await?,
+                        None => query(&conn, SCAN, (prefix,)).await?,
+                    };
                     let mut entries: Vec<(String, Vec<u8>)> = Vec::new();
                     let mut bytes = 0usize;
                     let mut more = false;
@@ -293,10 +621,6 @@ impl KvEngine for KvStore {
                             break;
                         }
                         if expired(expiry_of(store, &key, row.get_value(2)?)?, now) {
-                            continue;
-                        }
-                        if skipped < skip {
-                            skipped += 1;
                             continue;
                         }
                         if entries.len() == limit {
@@ -322,11 +646,34 @@ impl KvEngine for KvStore {
     }
 }
 
+/// The conditional upsert that wins on an absent or expired key.
+async fn put_if_absent(
+    conn: &Connection,
+    v2: bool,
+    key: &str,
+    value: &[u8],
+    expires_at: Option<i64>,
+    now: i64,
+) -> Result<bool, Failure> {
+    let changed = if v2 {
+        exec(
+            conn,
+            PUT_IF_ABSENT_V2,
+            (key, value.to_vec(), expires_at, fresh_version(), now),
+        )
+        .await?
+    } else {
+        exec(conn, PUT_IF_ABSENT, (key, value.to_vec(), expires_at, now)).await?
+    };
+    Ok(changed == 1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const DOC: &str = include_str!("../../../docs/formats/localkv.v1.md");
+    const DOC_V2: &str = include_str!("../../../docs/formats/localkv.v2.md");
 
     #[test]
     fn the_format_document_pins_the_ddl_and_every_statement() {
@@ -341,8 +688,185 @@ mod tests {
                 ("PUT_IF_ABSENT", PUT_IF_ABSENT),
                 ("DELETE", DELETE),
                 ("SCAN", SCAN),
+                ("SCAN_AFTER", SCAN_AFTER),
+                ("SWAP", SWAP),
             ],
         );
+        crate::assert_document_pins(
+            "localkv.v2.md",
+            DOC_V2,
+            &[
+                ("DDL_V2", DDL_V2),
+                ("SELECT_V2", SELECT_V2),
+                ("PUT_V2", PUT_V2),
+                ("PUT_IF_ABSENT_V2", PUT_IF_ABSENT_V2),
+                ("PUT_IF_VERSION_V2", PUT_IF_VERSION_V2),
+                ("SWAP_V2", SWAP_V2),
+                ("MIGRATE", MIGRATE),
+            ],
+        );
+    }
+
+    /// The v2 DDL is the shared format's, character for character (the
+    /// schema text a file carries is the same whoever created it).
+    #[test]
+    fn the_v2_ddl_is_the_shared_formats_exactly() {
+        let spec = "CREATE TABLE IF NOT EXISTS kv (\n    key        TEXT PRIMARY KEY,\n    value      BLOB NOT NULL,\n    expires_at INTEGER,         -- unix epoch MILLISECONDS, NULL = no expiry\n    version    TEXT NOT NULL    -- changes on every applied put\n);";
+        assert!(DDL_V2.contains(spec));
+        assert!(MIGRATE.contains(spec));
+    }
+
+    fn v2_options() -> StoreOptions {
+        StoreOptions {
+            new_kv: NewKv::V2,
+            ..StoreOptions::default()
+        }
+    }
+
+    /// New buckets follow the configuration; an existing file keeps its
+    /// format whatever the configuration says.
+    #[tokio::test]
+    async fn new_buckets_follow_the_configuration_and_old_ones_keep_their_format() {
+        let dir = tempfile::tempdir().unwrap();
+        let v1 = KvStore::open(dir.path(), "a", StoreOptions::default()).await.unwrap();
+        let v2 = KvStore::open(dir.path(), "b", v2_options()).await.unwrap();
+        assert!(!v1.is_v2().await.unwrap());
+        assert!(v2.is_v2().await.unwrap());
+        v1.store.close_for_test();
+        v2.store.close_for_test();
+        drop((v1, v2));
+        let a = KvStore::open(dir.path(), "a", v2_options()).await.unwrap();
+        let b = KvStore::open(dir.path(), "b", StoreOptions::default()).await.unwrap();
+        assert!(!a.is_v2().await.unwrap());
+        assert!(b.is_v2().await.unwrap());
+        // Every applied put writes a fresh version.
+        b.set("k", b"1", None).await.unwrap();
+        let (_, e1) = b.read_for_swap("k", 0).await.unwrap().unwrap();
+        b.set("k", b"1", None).await.unwrap();
+        let (_, e2) = b.read_for_swap("k", 0).await.unwrap().unwrap();
+        match (&e1, &e2) {
+            (Expected::Version(x), Expected::Version(y)) => {
+                assert_ne!(x, y);
+                assert_eq!(x.len(), 32);
+            }
+            other => panic!("{other:?}"),
+        }
+        // A v2 swap compares versions: the same value written again in
+        // between makes the older reading lose.
+        assert!(!b.swap("k", &e1, b"2", None, 0).await.unwrap());
+        assert!(b.swap("k", &e2, b"2", None, 0).await.unwrap());
+        // A v1 swap compares values.
+        a.set("k", b"1", None).await.unwrap();
+        let (_, e) = a.read_for_swap("k", 0).await.unwrap().unwrap();
+        assert_eq!(e, Expected::Value(b"1".to_vec()));
+        a.set("k", b"1", None).await.unwrap();
+        assert!(a.swap("k", &e, b"2", None, 0).await.unwrap());
+    }
+
+    /// The migration keeps every key, value and expiry, gives each a
+    /// version, leaves exactly the v2 schema, and refuses while the bucket
+    /// is open elsewhere.
+    #[tokio::test]
+    async fn migration_moves_every_row_to_v2_in_one_transaction() {
+        let dir = tempfile::tempdir().unwrap();
+        let kv = KvStore::open(dir.path(), "m", StoreOptions::default()).await.unwrap();
+        let entries: Vec<(String, Vec<u8>)> =
+            (0..50).map(|i| (format!("k{i:02}"), vec![i as u8; i])).collect();
+        kv.set_many(&entries, None).await.unwrap();
+        kv.set("ttl", b"t", Some(123)).await.unwrap();
+        assert!(matches!(
+            KvStore::migrate(dir.path(), "m", StoreOptions::default()).await,
+            Err(AlkError::Busy(_))
+        ));
+        kv.store.close_for_test();
+        drop(kv);
+        assert_eq!(
+            KvStore::migrate(dir.path(), "m", StoreOptions::default()).await.unwrap(),
+            Migrated::Upgraded
+        );
+        assert_eq!(
+            KvStore::migrate(dir.path(), "m", StoreOptions::default()).await.unwrap(),
+            Migrated::AlreadyV2
+        );
+        assert!(matches!(
+            KvStore::migrate(dir.path(), "none", StoreOptions::default()).await,
+            Err(AlkError::InvalidArgument(_))
+        ));
+        let kv = KvStore::open(dir.path(), "m", StoreOptions::default()).await.unwrap();
+        assert!(kv.is_v2().await.unwrap());
+        let keys: Vec<String> = entries.iter().map(|(k, _)| k.clone()).collect();
+        let got = kv.get_many(&keys, 0, usize::MAX).await.unwrap();
+        let want: Vec<Option<Vec<u8>>> = entries.iter().map(|(_, v)| Some(v.clone())).collect();
+        assert_eq!(got, want);
+        assert_eq!(kv.get("ttl", 122).await.unwrap(), Some(b"t".to_vec()));
+        assert_eq!(kv.get("ttl", 123).await.unwrap(), None);
+        let (_, e) = kv.read_for_swap("k01", 0).await.unwrap().unwrap();
+        assert!(matches!(e, Expected::Version(v) if v.len() == 32));
+        // The table is the one a new v2 file has, as the engine records it.
+        let schema = |store: Store| async move {
+            let store = &store;
+            store
+                .run(|conn: Connection| {
+                    Box::pin(async move {
+                        let mut rows = query(
+                            &conn,
+                            "SELECT sql FROM sqlite_schema WHERE name = 'kv'",
+                            (),
+                        )
+                        .await?;
+                        let mut sql = None;
+                        while let Some(row) = rows.next().await? {
+                            sql = text_or_null(&row, 0)?;
+                        }
+                        Ok(sql.unwrap_or_default())
+                    })
+                })
+                .await
+                .unwrap()
+        };
+        let fresh = KvStore::open(dir.path(), "fresh", v2_options()).await.unwrap();
+        assert_eq!(schema(kv.store.clone()).await, schema(fresh.store.clone()).await);
+    }
+
+    /// Values another program stored as TEXT, and versions of another
+    /// type, still take part in compare-and-swap (increments included).
+    #[tokio::test]
+    async fn text_values_and_foreign_versions_swap() {
+        let dir = tempfile::tempdir().unwrap();
+        let v1 = KvStore::open(dir.path(), "a", StoreOptions::default()).await.unwrap();
+        crate::write_sql(&v1.store, "INSERT INTO kv (key, value, expires_at) VALUES ('c', '5', NULL)").await;
+        let (v, e) = v1.read_for_swap("c", 0).await.unwrap().unwrap();
+        assert_eq!(v, b"5");
+        assert!(v1.swap("c", &e, b"6", None, 0).await.unwrap());
+        let v2 = KvStore::open(dir.path(), "b", v2_options()).await.unwrap();
+        crate::write_sql(
+            &v2.store,
+            "INSERT INTO kv (key, value, expires_at, version) VALUES ('c', '5', NULL, x'07')",
+        )
+        .await;
+        let (v, e) = v2.read_for_swap("c", 0).await.unwrap().unwrap();
+        assert_eq!((v.as_slice(), &e), (&b"5"[..], &Expected::Value(b"5".to_vec())));
+        assert!(!v2.swap("c", &Expected::Value(b"4".to_vec()), b"6", None, 0).await.unwrap());
+        assert!(v2.swap("c", &e, b"6", None, 0).await.unwrap());
+        let (v, e) = v2.read_for_swap("c", 0).await.unwrap().unwrap();
+        assert_eq!(v, b"6");
+        assert!(matches!(e, Expected::Version(v) if v.len() == 32));
+    }
+
+    /// Migration refuses a file that is not a kv store (an empty one
+    /// included) and leaves it as it was.
+    #[tokio::test]
+    async fn migration_refuses_what_is_not_a_kv_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = bucket_path(dir.path(), "e");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, b"").unwrap();
+        assert!(matches!(
+            KvStore::migrate(dir.path(), "e", StoreOptions::default()).await,
+            Err(AlkError::InvalidArgument(_))
+        ));
+        assert_eq!(std::fs::read(&path).unwrap(), b"");
+        assert!(!path.with_file_name("localkv.sqlite-wal").exists());
     }
 
     #[tokio::test]

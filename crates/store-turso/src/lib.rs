@@ -42,7 +42,7 @@ use alk_store::wake::Wakes;
 use alk_store::{AlkError, AlkResult, Engine};
 use async_trait::async_trait;
 
-pub use open::{Durability, Format, NewQueues, Store, StoreOptions, open_store};
+pub use open::{Durability, Format, NewKv, NewQueues, Store, StoreOptions, open_store};
 pub use retry::RetryPolicy;
 
 /// The file engine on one data directory.
@@ -235,6 +235,33 @@ mod conformance {
             queue_ack_batch_reports_each_receipt,
             queue_receipts_of_another_queue_are_stale_there,
             queue_receive_wait_wakes_on_a_send,
+        );
+    }
+
+    /// The kv cases on `localkv.v2` files.
+    mod localkv_v2 {
+        use super::*;
+
+        async fn make() -> Subject {
+            let dir = tempfile::tempdir().unwrap();
+            let options = StoreOptions {
+                new_kv: NewKv::V2,
+                ..StoreOptions::default()
+            };
+            Subject {
+                engine: Arc::new(TursoEngine::new(dir.path(), options)),
+                keep: Box::new(dir),
+            }
+        }
+
+        alk_store::conformance_tests!(@cases make;
+            kv_expiry_follows_the_clock,
+            kv_refuses_oversized_and_bad_input_before_writing,
+            kv_reads_of_many_large_values_come_in_pages,
+            kv_scans_in_byte_order_of_the_key,
+            kv_set_if_absent_has_exactly_one_winner,
+            kv_scan_cursors_resume_after_their_key,
+            kv_swaps_compare_in_one_step_and_increments_all_count,
         );
     }
 }

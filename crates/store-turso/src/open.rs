@@ -55,6 +55,19 @@ pub enum NewQueues {
     V1,
 }
 
+/// The format of the kv bucket files a host creates. Existing files keep
+/// theirs whatever this says.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum NewKv {
+    /// `localkv.v1`, the format every program sharing the data directory
+    /// layout has read.
+    #[default]
+    V1,
+    /// `localkv.v2`: a version per put, so compare-and-swap compares
+    /// versions instead of values.
+    V2,
+}
+
 /// How stores are opened and operated.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StoreOptions {
@@ -64,6 +77,8 @@ pub struct StoreOptions {
     pub durability: Durability,
     /// The format of new queue files.
     pub new_queues: NewQueues,
+    /// The format of new kv bucket files.
+    pub new_kv: NewKv,
 }
 
 impl From<RetryPolicy> for StoreOptions {

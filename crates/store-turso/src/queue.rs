@@ -22,7 +22,7 @@ use async_trait::async_trait;
 use turso::{Connection, Value};
 
 use crate::open::{Format, NewQueues, Store, StoreOptions, open_store};
-use crate::retry::{Failure, exec, query};
+use crate::retry::{Failure, exec, query, text_or_null};
 
 macro_rules! v1_ddl {
     () => {
@@ -505,13 +505,6 @@ fn corrupt(path: &Path, id: i64, column: &str, found: &Value) -> AlkError {
         "{}: message {id} has {found:?} in {column}, which the format does not allow; the store is corrupt",
         path.display()
     ))
-}
-
-fn text_or_null(row: &turso::Row, i: usize) -> Result<Option<String>, Failure> {
-    Ok(match row.get_value(i)? {
-        Value::Text(t) => Some(t),
-        _ => None,
-    })
 }
 
 fn int_or_null(row: &turso::Row, i: usize) -> Result<Option<i64>, Failure> {

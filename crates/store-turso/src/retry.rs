@@ -456,3 +456,11 @@ pub(crate) async fn query(
 ) -> Result<turso::Rows, turso::Error> {
     conn.prepare_cached(sql).await?.query(params).await
 }
+
+/// Column `i` of `row` as text; `None` for anything else.
+pub(crate) fn text_or_null(row: &turso::Row, i: usize) -> Result<Option<String>, Failure> {
+    Ok(match row.get_value(i)? {
+        turso::Value::Text(t) => Some(t),
+        _ => None,
+    })
+}

@@ -61,19 +61,128 @@ pub trait KvEngine: Send + Sync {
     /// Removes `key`.
     async fn delete(&self, key: &str) -> AlkResult<()>;
 
-    /// Live entries whose key starts with `prefix`, in byte order of the
-    /// key, skipping the first `skip` of them, at most `limit`, stopping
+    /// Removes every key of `keys`, all or none.
+    async fn delete_many(&self, keys: &[String]) -> AlkResult<()>;
+
+    /// Live entries whose key starts with `prefix` and, given `after`,
+    /// sorts after it, in byte order of the key, at most `limit`, stopping
     /// (after at least one) before the values would pass `max_bytes`; and
     /// whether more follow. Expired entries are skipped, not deleted.
     async fn scan_prefix(
         &self,
         prefix: &str,
-        skip: u64,
+        after: Option<&str>,
         limit: usize,
         now: i64,
         max_bytes: usize,
     ) -> AlkResult<(Vec<(String, Vec<u8>)>, bool)>;
+
+    /// The live value of `key` and what a later [`KvEngine::swap`] expects
+    /// to find: its version where the store keeps one, else the value. An
+    /// expired key found reads as absent.
+    async fn read_for_swap(&self, key: &str, now: i64) -> AlkResult<Option<(Vec<u8>, Expected)>>;
+
+    /// Stores `value` under `key` with the absolute expiry `expires_at` in
+    /// one conditional statement, only when the key still holds what
+    /// `expected` describes at `now`; whether it did (of racing swaps from
+    /// the same reading, exactly one wins).
+    async fn swap(
+        &self,
+        key: &str,
+        expected: &Expected,
+        value: &[u8],
+        expires_at: Option<i64>,
+        now: i64,
+    ) -> AlkResult<bool>;
 }
+
+/// What a compare-and-swap expects to find under its key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Expected {
+    /// No live value (absent or expired).
+    Absent,
+    /// This live value (stores without versions compare values).
+    Value(Vec<u8>),
+    /// The live value written with this version (`localkv.v2`).
+    Version(String),
+}
+
+/// The form of the scan cursors a bucket hands out: this tag, the length
+/// in bytes of the prefix scanned, `.`, then the last key returned,
+/// hex-encoded.
+const CURSOR_TAG: &str = "k1.";
+
+/// The cursor that resumes a scan of `prefix` after `key`.
+pub fn cursor_after(prefix: &str, key: &str) -> String {
+    let mut c = format!("{CURSOR_TAG}{}.", prefix.len());
+    for b in key.as_bytes() {
+        c.push_str(&format!("{b:02x}"));
+    }
+    c
+}
+
+/// Longest key a cursor may name: larger than any key limit, so a key that
+/// another program (or a host with a larger limit) stored still pages.
+const MAX_CURSOR_KEY_BYTES: usize = 1024 * 1024;
+
+/// The key a cursor of prefix `prefix` resumes after, or why it is not one
+/// (`invalid-argument`).
+pub fn cursor_key(cursor: &str, prefix: &str) -> AlkResult<String> {
+    let refuse = |why: &str| {
+        // Quote a bounded, printable part of what the caller sent.
+        let shown: String = cursor.chars().take(64).collect();
+        let more = if shown.len() < cursor.len() { "…" } else { "" };
+        AlkError::InvalidArgument(format!(
+            "cursor {shown:?}{more} is not a scan cursor of prefix {:?} ({why}); pass back the next-cursor of a page of the same prefix, or start again without a cursor",
+            prefix.chars().take(64).collect::<String>()
+        ))
+    };
+    if cursor.len() > CURSOR_TAG.len() + 21 + 2 * MAX_CURSOR_KEY_BYTES {
+        return Err(refuse("too long"));
+    }
+    if !cursor.is_empty() && cursor.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(refuse(
+            "it looks like an offset cursor, which earlier versions handed out; cursors now resume after a key",
+        ));
+    }
+    let (len, hex) = cursor
+        .strip_prefix(CURSOR_TAG)
+        .and_then(|rest| rest.split_once('.'))
+        .ok_or_else(|| refuse("not a cursor this host hands out"))?;
+    if len != prefix.len().to_string() {
+        return Err(refuse("it belongs to another prefix"));
+    }
+    let hex = hex.as_bytes();
+    if hex.len() % 2 != 0 || !hex.iter().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b)) {
+        return Err(refuse("malformed"));
+    }
+    let nibble = |b: u8| if b.is_ascii_digit() { b - b'0' } else { b - b'a' + 10 };
+    let bytes: Vec<u8> = hex
+        .chunks(2)
+        .map(|pair| nibble(pair[0]) << 4 | nibble(pair[1]))
+        .collect();
+    let key = String::from_utf8(bytes).map_err(|_| refuse("malformed"))?;
+    if key.contains('\0') {
+        return Err(refuse("malformed"));
+    }
+    if !key.starts_with(prefix) {
+        return Err(refuse("it belongs to another prefix"));
+    }
+    Ok(key)
+}
+
+/// A number below `n` from the clock's nanoseconds: enough to spread
+/// retries of racing writers apart.
+fn clock_jitter(n: u64) -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    u64::from(nanos) % n.max(1)
+}
+
+/// Most attempts of an increment that keeps losing its compare-and-swap to
+/// other writers before it gives up with `busy`.
+const MAX_INCREMENT_ATTEMPTS: usize = 1000;
 
 /// A bucket, as guests use it: every call checks its arguments, then asks
 /// the engine.
@@ -188,13 +297,118 @@ impl Bucket {
         self.engine.delete(key).await
     }
 
+    /// Removes every key of `keys` (up to [`crate::limits::MAX_BATCH`]),
+    /// all or none; every key is checked first.
+    pub async fn delete_many(&self, keys: &[String]) -> AlkResult<()> {
+        check_batch("keys", keys.len())?;
+        for key in keys {
+            self.check_key(key)?;
+        }
+        self.engine.delete_many(keys).await
+    }
+
+    /// The live value of `key` at `now` and what [`Bucket::swap`] expects
+    /// to find there for the swap to win.
+    pub async fn read_for_swap(
+        &self,
+        key: &str,
+        now: i64,
+    ) -> AlkResult<(Option<Vec<u8>>, Expected)> {
+        self.check_key(key)?;
+        Ok(match self.engine.read_for_swap(key, now).await? {
+            Some((value, expected)) => (Some(value), expected),
+            None => (None, Expected::Absent),
+        })
+    }
+
+    /// Stores `value` (without expiry) under `key` only when it still holds
+    /// what `expected` (from [`Bucket::read_for_swap`]) describes; whether
+    /// it did. One conditional statement: of racing swaps from the same
+    /// reading, in any number of processes, exactly one wins.
+    pub async fn swap(
+        &self,
+        key: &str,
+        expected: &Expected,
+        value: &[u8],
+        now: i64,
+    ) -> AlkResult<bool> {
+        self.check_key(key)?;
+        self.check_value(value)?;
+        self.engine.swap(key, expected, value, None, now).await
+    }
+
+    /// Adds `delta` to the counter under `key` and returns the new value.
+    ///
+    /// A counter is stored as the decimal text of an integer (an absent or
+    /// expired key counts as 0). A value that is not such text, or a result
+    /// outside `range`, is `invalid-argument` and changes nothing. The
+    /// update is a compare-and-swap, retried while other writers change the
+    /// key in between: increments from any number of processes all count.
+    /// The counter loses any TTL the key had.
+    pub async fn increment(
+        &self,
+        key: &str,
+        delta: i128,
+        range: std::ops::RangeInclusive<i128>,
+        now: impl Fn() -> i64,
+    ) -> AlkResult<i128> {
+        self.check_key(key)?;
+        for attempt in 0..MAX_INCREMENT_ATTEMPTS {
+            let (current, expected) = self.read_for_swap(key, now()).await?;
+            let old: i128 = match &current {
+                None => 0,
+                Some(v) => std::str::from_utf8(v)
+                    .ok()
+                    .filter(|t| !t.is_empty() && t.len() <= 40)
+                    .and_then(|t| t.parse::<i128>().ok())
+                    .filter(|n| range.contains(n))
+                    .ok_or_else(|| {
+                        AlkError::InvalidArgument(format!(
+                            "the value of key {key:?} is not a counter (the decimal text of an integer from {} to {}); nothing was changed",
+                            range.start(),
+                            range.end()
+                        ))
+                    })?,
+            };
+            let new = old
+                .checked_add(delta)
+                .filter(|n| range.contains(n))
+                .ok_or_else(|| {
+                    AlkError::InvalidArgument(format!(
+                        "incrementing key {key:?} ({old}) by {delta} overflows (the counter runs from {} to {}); nothing was changed",
+                        range.start(),
+                        range.end()
+                    ))
+                })?;
+            if self
+                .engine
+                .swap(key, &expected, new.to_string().as_bytes(), None, now())
+                .await?
+            {
+                return Ok(new);
+            }
+            // Another writer got in between: give it room before reading
+            // again (up to 1 ms, growing with the attempts lost).
+            let pause = (attempt as u64 + 1).min(10) * 100;
+            tokio::time::sleep(std::time::Duration::from_micros(
+                pause / 2 + clock_jitter(pause / 2 + 1),
+            ))
+            .await;
+        }
+        Err(AlkError::Busy(format!(
+            "incrementing key {key:?} lost to other writers {MAX_INCREMENT_ATTEMPTS} times in a row; retry"
+        )))
+    }
+
     /// One page of live entries whose key starts with `prefix`.
     ///
-    /// The cursor is the number of live matching entries already returned,
-    /// as a canonical decimal string; anything else is `invalid-argument`.
-    /// `limit` is clamped to 1..=[`MAX_SCAN_LIMIT`]; a page also ends,
-    /// after at least one entry, when its values would pass
-    /// [`MAX_READ_BYTES`].
+    /// The cursor names the last key of the previous page, so the next page
+    /// starts right after it whatever was written in between (keys present
+    /// during the whole scan are returned exactly once, in order). A cursor
+    /// this bucket did not hand out for the same prefix, an offset cursor of
+    /// earlier versions included, is `invalid-argument`. `limit` is clamped
+    /// to 1..=[`MAX_SCAN_LIMIT`]; a page also ends, after at least one
+    /// entry, when its values would pass [`MAX_READ_BYTES`].
     pub async fn scan_prefix(
         &self,
         prefix: &str,
@@ -209,23 +423,17 @@ impl Bucket {
                 limit: self.limits.max_key_bytes as u64,
             });
         }
-        let skip: u64 = match cursor {
-            None => 0,
-            // Only canonical decimals are cursors this bucket hands out.
-            Some(c) => c
-                .parse::<u64>()
-                .ok()
-                .filter(|n| n.to_string() == c)
-                .ok_or_else(|| {
-                    AlkError::InvalidArgument(format!("cursor {c:?} is not a scan cursor"))
-                })?,
-        };
+        let after = cursor
+            .map(|c| cursor_key(c, prefix))
+            .transpose()?;
         let limit = limit.clamp(1, MAX_SCAN_LIMIT) as usize;
         let (entries, more) = self
             .engine
-            .scan_prefix(prefix, skip, limit, now, MAX_READ_BYTES)
+            .scan_prefix(prefix, after.as_deref(), limit, now, MAX_READ_BYTES)
             .await?;
-        let next_cursor = more.then(|| (skip + entries.len() as u64).to_string());
+        let next_cursor = more
+            .then(|| entries.last().map(|(k, _)| cursor_after(prefix, k)))
+            .flatten();
         Ok(ScanPage {
             entries,
             next_cursor,

@@ -15,7 +15,7 @@ use crate::error::{AlkError, AlkResult};
 use crate::jobs::{
     Beat, EXPIRED_ERROR, JobInfo, JobState, Retried, RetryDelay, Stamp, lapsed_error,
 };
-use crate::kv::KvEngine;
+use crate::kv::{Expected, KvEngine};
 use crate::limits::page;
 use crate::lock::{Acquired, Holder, LockEngine};
 use crate::queue::{Delivery, Payload, QueueEngine, Settled};
@@ -183,22 +183,63 @@ impl KvEngine for MemBucket {
         Ok(())
     }
 
+    async fn delete_many(&self, keys: &[String]) -> AlkResult<()> {
+        let mut map = lock(&self.0);
+        for key in keys {
+            map.remove(key);
+        }
+        Ok(())
+    }
+
     async fn scan_prefix(
         &self,
         prefix: &str,
-        skip: u64,
+        after: Option<&str>,
         limit: usize,
         now: i64,
         max_bytes: usize,
     ) -> AlkResult<(Vec<(String, Vec<u8>)>, bool)> {
+        use std::ops::Bound;
         let map = lock(&self.0);
+        let start = match after {
+            Some(k) => Bound::Excluded(k.to_string()),
+            None => Bound::Included(prefix.to_string()),
+        };
         let live_matches = map
-            .range(prefix.to_string()..)
+            .range((start, Bound::Unbounded))
             .take_while(|(k, _)| k.starts_with(prefix))
             .filter(|(_, (_, at))| live(*at, now))
-            .skip(skip as usize)
             .map(|(k, (v, _))| (k.clone(), v.clone()));
         Ok(page(live_matches, |(_, v)| v.len(), limit, max_bytes))
+    }
+
+    async fn read_for_swap(&self, key: &str, now: i64) -> AlkResult<Option<(Vec<u8>, Expected)>> {
+        // Values are compared, as in a store without versions.
+        Ok(self
+            .get(key, now)
+            .await?
+            .map(|v| (v.clone(), Expected::Value(v))))
+    }
+
+    async fn swap(
+        &self,
+        key: &str,
+        expected: &Expected,
+        value: &[u8],
+        expires_at: Option<i64>,
+        now: i64,
+    ) -> AlkResult<bool> {
+        let mut map = lock(&self.0);
+        let current = map.get(key).filter(|(_, at)| live(*at, now));
+        let holds = match (expected, current) {
+            (Expected::Absent, None) => true,
+            (Expected::Value(want), Some((v, _))) => want == v,
+            _ => false,
+        };
+        if holds {
+            map.insert(key.to_string(), (value.to_vec(), expires_at));
+        }
+        Ok(holds)
     }
 }
 

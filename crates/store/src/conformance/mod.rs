@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::engine::Engine;
 use crate::error::AlkError;
-use crate::kv::Bucket;
+use crate::kv::{Bucket, Expected};
 use crate::limits::{KvLimits, MAX_READ_BYTES, StreamLimits};
 use crate::lock::{Acquired, Locks};
 use crate::notify::Channels;
@@ -41,6 +41,8 @@ macro_rules! conformance_tests {
             kv_reads_of_many_large_values_come_in_pages,
             kv_scans_in_byte_order_of_the_key,
             kv_set_if_absent_has_exactly_one_winner,
+            kv_scan_cursors_resume_after_their_key,
+            kv_swaps_compare_in_one_step_and_increments_all_count,
             queue_visibility_and_redelivery_follow_the_clock,
             queue_claims_oldest_first_and_skips_in_flight,
             queue_ack_batch_reports_each_receipt,
@@ -252,6 +254,155 @@ pub async fn kv_set_if_absent_has_exactly_one_winner(engine: &dyn Engine) {
         wins += 1;
     }
     assert_eq!(wins, 20);
+}
+
+/// A scan cursor resumes right after the last key it returned: writes
+/// before it do not shift the next page, keys after it are seen, and a
+/// cursor of another prefix or of the old offset form is refused.
+pub async fn kv_scan_cursors_resume_after_their_key(engine: &dyn Engine) {
+    let kv = Bucket::open(engine, "cursors", KvLimits::default())
+        .await
+        .unwrap();
+    for k in ["w1", "w2", "w3", "w4", "x1"] {
+        kv.set(k, k.as_bytes(), None, 0).await.unwrap();
+    }
+    let keys = |p: &crate::kv::ScanPage| -> Vec<String> {
+        p.entries.iter().map(|(k, _)| k.clone()).collect()
+    };
+    let p1 = kv.scan_prefix("w", None, 2, 0).await.unwrap();
+    assert_eq!(keys(&p1), ["w1", "w2"]);
+    let cursor = p1.next_cursor.clone().expect("a cursor");
+    kv.delete("w1").await.unwrap();
+    kv.set("w0", b"0", None, 0).await.unwrap();
+    kv.set("w5", b"5", None, 0).await.unwrap();
+    // The key the cursor names may itself be gone.
+    kv.delete("w2").await.unwrap();
+    let p2 = kv.scan_prefix("w", Some(&cursor), 2, 0).await.unwrap();
+    assert_eq!(keys(&p2), ["w3", "w4"]);
+    let p3 = kv
+        .scan_prefix("w", p2.next_cursor.as_deref(), 2, 0)
+        .await
+        .unwrap();
+    assert_eq!(keys(&p3), ["w5"]);
+    assert_eq!(p3.next_cursor, None);
+    // Bound to its prefix: any other prefix refuses it, even one the key
+    // it names starts with.
+    for other in ["x", "w2x", "v", "", "w2"] {
+        assert!(
+            matches!(
+                kv.scan_prefix(other, Some(&cursor), 2, 0).await,
+                Err(AlkError::InvalidArgument(_))
+            ),
+            "cursor {cursor} with prefix {other}"
+        );
+    }
+    let long = format!("k1.0.{}", "77".repeat(2 * 1024 * 1024));
+    for bad in [
+        "2", "0", "", "k1.", "k1.0.7", "k1.0.zz", "k1.0.ff", "K1.0.77", "k1.77", "abc",
+        // Multibyte text where hex digits belong, a NUL, far too long.
+        "k1.0.aéb", "k1.0.é", "k1.0.00", &long,
+    ] {
+        assert!(
+            matches!(
+                kv.scan_prefix("", Some(bad), 2, 0).await,
+                Err(AlkError::InvalidArgument(_))
+            ),
+            "cursor {}",
+            &bad[..bad.len().min(20)]
+        );
+    }
+    // Cursors hold any key, multibyte ones included.
+    kv.set("wé/ü", b"u", None, 0).await.unwrap();
+    let mut seen = Vec::new();
+    let mut cursor = None::<String>;
+    loop {
+        let page = kv.scan_prefix("w", cursor.as_deref(), 1, 0).await.unwrap();
+        seen.extend(keys(&page));
+        match page.next_cursor {
+            Some(c) => cursor = Some(c),
+            None => break,
+        }
+    }
+    assert_eq!(seen, ["w0", "w3", "w4", "w5", "wé/ü"]);
+}
+
+/// A swap wins only when the key still holds what was read, in one step:
+/// of racing swaps from one reading exactly one wins; increments built on
+/// it all count, and a non-counter or an overflow changes nothing.
+pub async fn kv_swaps_compare_in_one_step_and_increments_all_count(engine: &dyn Engine) {
+    let kv = Bucket::open(engine, "swaps", KvLimits::default())
+        .await
+        .unwrap();
+    let (v, absent) = kv.read_for_swap("k", 0).await.unwrap();
+    assert_eq!((v, &absent), (None, &Expected::Absent));
+    assert!(kv.swap("k", &absent, b"1", 0).await.unwrap());
+    assert!(!kv.swap("k", &absent, b"2", 0).await.unwrap());
+    let (v, one) = kv.read_for_swap("k", 0).await.unwrap();
+    assert_eq!(v.as_deref(), Some(&b"1"[..]));
+    assert!(kv.swap("k", &one, b"2", 0).await.unwrap());
+    assert!(!kv.swap("k", &one, b"3", 0).await.unwrap(), "a stale reading");
+    assert_eq!(kv.get("k", 0).await.unwrap().as_deref(), Some(&b"2"[..]));
+    // An expired key reads as absent, and a swap expecting absence takes it.
+    kv.set("ttl", b"x", Some(10), 0).await.unwrap();
+    let (v, e) = kv.read_for_swap("ttl", 10).await.unwrap();
+    assert_eq!((v, &e), (None, &Expected::Absent));
+    assert!(kv.swap("ttl", &e, b"y", 10).await.unwrap());
+    assert_eq!(kv.get("ttl", 1_000).await.unwrap().as_deref(), Some(&b"y"[..]));
+    // A reading of a live key does not win once that key has expired.
+    kv.set("ttl2", b"x", Some(10), 0).await.unwrap();
+    let (_, e) = kv.read_for_swap("ttl2", 5).await.unwrap();
+    assert!(!kv.swap("ttl2", &e, b"y", 10).await.unwrap());
+    // Races: every swap from the same reading, one winner per round.
+    for round in 0..10 {
+        let key = format!("race{round}");
+        kv.set(&key, b"start", None, 0).await.unwrap();
+        let (_, e) = kv.read_for_swap(&key, 0).await.unwrap();
+        let tries = (0..8u8).map(|i| {
+            let (kv, key, e) = (kv.clone(), key.clone(), e.clone());
+            async move { kv.swap(&key, &e, &[i], 0).await.unwrap() }
+        });
+        let won = futures::future::join_all(tries).await;
+        assert_eq!(won.iter().filter(|w| **w).count(), 1, "round {round}");
+    }
+    // Increments: decimal text, absent is 0, every concurrent one counts.
+    let range = i64::MIN as i128..=i64::MAX as i128;
+    assert_eq!(kv.increment("n", 5, range.clone(), || 0).await.unwrap(), 5);
+    assert_eq!(kv.get("n", 0).await.unwrap().as_deref(), Some(&b"5"[..]));
+    assert_eq!(kv.increment("n", -7, range.clone(), || 0).await.unwrap(), -2);
+    let adds = (0..8).map(|_| {
+        let (kv, range) = (kv.clone(), range.clone());
+        async move {
+            for _ in 0..10 {
+                kv.increment("n", 1, range.clone(), || 0).await.unwrap();
+            }
+        }
+    });
+    futures::future::join_all(adds).await;
+    assert_eq!(kv.get("n", 0).await.unwrap().as_deref(), Some(&b"78"[..]));
+    kv.set("text", b"five", None, 0).await.unwrap();
+    kv.set("max", i64::MAX.to_string().as_bytes(), None, 0)
+        .await
+        .unwrap();
+    for (key, delta) in [("text", 1), ("max", 1)] {
+        assert!(matches!(
+            kv.increment(key, delta, range.clone(), || 0).await,
+            Err(AlkError::InvalidArgument(_))
+        ));
+    }
+    assert_eq!(kv.get("text", 0).await.unwrap().as_deref(), Some(&b"five"[..]));
+    let unsigned = 0..=u64::MAX as i128;
+    assert!(matches!(
+        kv.increment("n", -100, unsigned, || 0).await,
+        Err(AlkError::InvalidArgument(_))
+    ));
+    assert_eq!(kv.get("n", 0).await.unwrap().as_deref(), Some(&b"78"[..]));
+    // Batch deletes: all keys, absent ones included.
+    kv.delete_many(&["n".into(), "text".into(), "nothing".into()])
+        .await
+        .unwrap();
+    assert_eq!(kv.get("n", 0).await.unwrap(), None);
+    assert_eq!(kv.get("text", 0).await.unwrap(), None);
+    assert_eq!(kv.get("max", 0).await.unwrap().as_deref(), Some(i64::MAX.to_string().as_bytes()));
 }
 
 /// Visibility, redelivery, attempts, stale receipts and nack follow the

@@ -243,12 +243,38 @@ fn main() {
         Ok(())
     });
     c.case("scan-rejects-foreign-cursors", || {
-        for bad in ["abc", "-1", "01", "", "1.5", "99999999999999999999999"] {
+        for bad in ["abc", "-1", "01", "", "1.5", "99999999999999999999999", "3"] {
             ensure_matches!(
                 s.scan_prefix("user:", Some(bad), 10),
                 Err(Error::InvalidArgument(_))
             );
         }
+        Ok(())
+    });
+    c.case("scan-cursor-is-bound-to-its-prefix", || {
+        let page = ok!(s.scan_prefix("user:", None, 1));
+        let cursor = page.next_cursor.expect("a cursor");
+        for other in ["u", "v"] {
+            ensure_matches!(
+                s.scan_prefix(other, Some(&cursor), 10),
+                Err(Error::InvalidArgument(_))
+            );
+        }
+        Ok(())
+    });
+    c.case("scan-pages-survive-concurrent-writes", || {
+        for k in ["w1", "w2", "w3", "w4"] {
+            ok!(s.set(k, k.as_bytes(), None));
+        }
+        let first = ok!(s.scan_prefix("w", None, 2));
+        ensure!(keys(&first.entries) == ["w1", "w2"]);
+        ok!(s.delete("w1"));
+        ok!(s.set("w0", b"w0", None));
+        ok!(s.set("w5", b"w5", None));
+        let second = ok!(s.scan_prefix("w", first.next_cursor.as_deref(), 2));
+        ensure!(keys(&second.entries) == ["w3", "w4"], "{:?}", keys(&second.entries));
+        let third = ok!(s.scan_prefix("w", second.next_cursor.as_deref(), 2));
+        ensure!(keys(&third.entries) == ["w5"] && third.next_cursor.is_none());
         Ok(())
     });
 

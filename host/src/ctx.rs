@@ -55,9 +55,7 @@ impl Clone for AlkCtx {
             locks: self.locks.clone(),
             schedules: self.schedules.clone(),
             open: Default::default(),
-            keyvalue: crate::keyvalue::KeyvalueState::new(
-                self.keyvalue.default_bucket.clone(),
-            ),
+            keyvalue: crate::keyvalue::KeyvalueState::new(self.keyvalue.default_bucket.clone()),
         }
     }
 }

@@ -54,6 +54,8 @@ fn guest_name(interface: &str, language: &str) -> String {
     match language {
         "rust" => format!("{interface}-contract"),
         "python" => format!("{interface}-contract-py"),
+        "js" => format!("{interface}-contract-js"),
+        "c" => format!("{interface}-contract-c"),
         other => panic!("no build recipe for {other} contract guests"),
     }
 }
@@ -161,11 +163,16 @@ macro_rules! contracts {
 contracts! {
     "kv" "rust" "kv" => kv_rust_through_library, kv_rust_through_cli, kv_rust_on_the_memory_engine, kv_rust_on_postgres;
     "kv" "python" "kv" => kv_python_through_library, kv_python_through_cli, kv_python_on_the_memory_engine, kv_python_on_postgres;
+    "kv" "js" "kv" => kv_js_through_library, kv_js_through_cli, kv_js_on_the_memory_engine, kv_js_on_postgres;
+    "kv" "c" "kv" => kv_c_through_library, kv_c_through_cli, kv_c_on_the_memory_engine, kv_c_on_postgres;
     "queue" "rust" "queue" => queue_rust_through_library, queue_rust_through_cli, queue_rust_on_the_memory_engine, queue_rust_on_postgres;
     "queue" "python" "queue" => queue_python_through_library, queue_python_through_cli, queue_python_on_the_memory_engine, queue_python_on_postgres;
     "stream" "rust" "stream" => stream_rust_through_library, stream_rust_through_cli, stream_rust_on_the_memory_engine, stream_rust_on_postgres;
+    "stream" "python" "stream" => stream_python_through_library, stream_python_through_cli, stream_python_on_the_memory_engine, stream_python_on_postgres;
     "lock" "rust" "lock" => lock_rust_through_library, lock_rust_through_cli, lock_rust_on_the_memory_engine, lock_rust_on_postgres;
+    "lock" "python" "lock" => lock_python_through_library, lock_python_through_cli, lock_python_on_the_memory_engine, lock_python_on_postgres;
     "notify" "rust" "wake" => notify_rust_through_library, notify_rust_through_cli, notify_rust_on_the_memory_engine, notify_rust_on_postgres;
+    "notify" "python" "wake" => notify_python_through_library, notify_python_through_cli, notify_python_on_the_memory_engine, notify_python_on_postgres;
     "tx" "rust" "stream" => tx_rust_through_library, tx_rust_through_cli, tx_rust_on_the_memory_engine, tx_rust_on_postgres;
     "tx" "python" "stream" => tx_python_through_library, tx_python_through_cli, tx_python_on_the_memory_engine, tx_python_on_postgres;
 }
@@ -209,7 +216,8 @@ fn every_contract_guest_is_tested() {
 }
 
 /// The guests of `guest/` (Rust crates with a `main`, Python folders with
-/// an `app.py`) as built names.
+/// an `app.py`, C folders, JavaScript folders with an `app.js`) as built
+/// names.
 fn other_guests() -> BTreeSet<String> {
     let mut names = BTreeSet::new();
     for entry in std::fs::read_dir(root().join("guest")).unwrap() {
@@ -229,6 +237,25 @@ fn other_guests() -> BTreeSet<String> {
         let dir = entry.unwrap().path();
         if dir.join("app.py").exists() {
             names.insert(format!("{}-py", dir.file_name().unwrap().to_string_lossy()));
+        }
+    }
+    // C guests: every folder of guest/c, built as `<folder>-c`.
+    if let Ok(entries) = std::fs::read_dir(root().join("guest/c")) {
+        for entry in entries {
+            let dir = entry.unwrap().path();
+            if dir.is_dir() {
+                names.insert(format!("{}-c", dir.file_name().unwrap().to_string_lossy()));
+            }
+        }
+    }
+    // JavaScript guests: every folder of guest/js with an app.js, built as
+    // `<folder>-js`.
+    if let Ok(entries) = std::fs::read_dir(root().join("guest/js")) {
+        for entry in entries {
+            let dir = entry.unwrap().path();
+            if dir.join("app.js").exists() {
+                names.insert(format!("{}-js", dir.file_name().unwrap().to_string_lossy()));
+            }
         }
     }
     names
@@ -280,4 +307,26 @@ fn benchmark_guests_run() {
         let count: Vec<&str> = line.split_whitespace().take(2).collect();
         assert_eq!(count, ["ops", "16"], "bench-guest {op}: {line}");
     }
+}
+
+/// The JavaScript demo keeps its counter across runs on one data directory.
+#[test]
+fn hello_js_counts_its_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut lines = Vec::new();
+    for _ in 0..2 {
+        let out = run_lib("hello-js", ctx(dir.path()), &[]);
+        assert_eq!(out.exit_code(), 0, "hello-js: {}", text(&out.stderr));
+        lines.push(text(&out.stdout));
+    }
+    assert!(
+        lines[0].contains("This is the first run"),
+        "first run:\n{}",
+        lines[0]
+    );
+    assert!(
+        lines[1].contains("This app has now run 2 times."),
+        "second run:\n{}",
+        lines[1]
+    );
 }

@@ -430,9 +430,18 @@ fn migrated_kv_stores_have_exactly_the_v2_schema_and_keep_every_row() {
     let files = store_files(dir.path(), "kv", "localkv.sqlite");
     assert!(files.len() > 1);
     for file in files {
-        let bucket = file.parent().unwrap().file_name().unwrap().to_string_lossy().into_owned();
+        let bucket = file
+            .parent()
+            .unwrap()
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
         let before = sqlite_schema("store", &file);
-        assert_eq!(before["meta"], serde_json::json!([["format", "localkv.v1"]]));
+        assert_eq!(
+            before["meta"],
+            serde_json::json!([["format", "localkv.v1"]])
+        );
         for run in 0..2 {
             let out = alk_host()
                 .args(["migrate", "kv", &bucket, "--data-dir"])
@@ -441,7 +450,11 @@ fn migrated_kv_stores_have_exactly_the_v2_schema_and_keep_every_row() {
                 .unwrap();
             assert!(out.status.success(), "{}", text(&out.stderr));
             let said = text(&out.stdout);
-            let want = if run == 0 { "migrated from localkv.v1 to localkv.v2" } else { "already localkv.v2" };
+            let want = if run == 0 {
+                "migrated from localkv.v1 to localkv.v2"
+            } else {
+                "already localkv.v2"
+            };
             assert!(said.contains(want), "{said}");
         }
         let after = sqlite_schema("store", &file);
@@ -449,7 +462,10 @@ fn migrated_kv_stores_have_exactly_the_v2_schema_and_keep_every_row() {
         assert_eq!(after["tables"], expected["tables"], "{}", file.display());
         assert_eq!(after["indexes"], expected["indexes"], "{}", file.display());
         assert_eq!(after["meta"], serde_json::json!([["format", "localkv.v2"]]));
-        assert_eq!(after["rows"]["kv"], before["rows"]["kv"], "{bucket}: rows kept");
+        assert_eq!(
+            after["rows"]["kv"], before["rows"]["kv"],
+            "{bucket}: rows kept"
+        );
     }
 }
 
@@ -496,16 +512,33 @@ fn a_localkv_v2_file_of_another_program_is_used_natively_both_ways() {
               for k, v, ver in c.execute('SELECT key, value, version FROM kv ORDER BY key'):\n    \
                   print(k, bytes(v).decode(), ver)\n\
               print(c.execute(\"SELECT value FROM meta WHERE key = 'format'\").fetchone()[0])\n";
-    let out = Command::new(python()).arg("-c").arg(py).arg(&file).output().unwrap();
+    let out = Command::new(python())
+        .arg("-c")
+        .arg(py)
+        .arg(&file)
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
     let seen = text(&out.stdout);
     let lines: Vec<Vec<&str>> = seen.lines().map(|l| l.split(' ').collect()).collect();
     assert_eq!(lines.last().unwrap(), &["localkv.v2"]);
-    let row = |key: &str| lines.iter().find(|l| l[0] == key).unwrap_or_else(|| panic!("{key} in {seen}")).clone();
-    assert_eq!(row("greeting"), ["greeting", "hello", "v-from-the-other-program"]);
+    let row = |key: &str| {
+        lines
+            .iter()
+            .find(|l| l[0] == key)
+            .unwrap_or_else(|| panic!("{key} in {seen}"))
+            .clone()
+    };
+    assert_eq!(
+        row("greeting"),
+        ["greeting", "hello", "v-from-the-other-program"]
+    );
     let counter = row("atomics_key");
     assert_eq!(counter[1], "7");
-    assert!(counter[2].len() == 32 && counter[2] != "018f-other", "{seen}");
+    assert!(
+        counter[2].len() == 32 && counter[2] != "018f-other",
+        "{seen}"
+    );
     let new = row("new");
     assert_eq!(new[1], "x");
     assert_eq!(new[2].len(), 32);

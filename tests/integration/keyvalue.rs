@@ -31,7 +31,12 @@ fn alk_get(store: &(impl StoreArgs + ?Sized), bucket: &str, key: &str) -> String
 /// alk data, visible through `alk:store/kv` in the default bucket.
 fn wasmtimes_keyvalue_main_passes_and_its_data_is_alk_data(store: &Store) {
     // wasmtime's test host presets `atomics_key = "5"`.
-    ok_run("kv-tool", store, &[], &["set", "default", "atomics_key", "5"]);
+    ok_run(
+        "kv-tool",
+        store,
+        &[],
+        &["set", "default", "atomics_key", "5"],
+    );
     let out = ok_run("keyvalue-draft", store, &[], &["main"]);
     assert_eq!(out.trim(), "ok");
     assert_eq!(alk_get(store, "default", "atomics_key"), "6");
@@ -43,7 +48,12 @@ fn wasmtimes_keyvalue_main_passes_and_its_data_is_alk_data(store: &Store) {
     assert_eq!(scan.lines().collect::<Vec<_>>(), ["atomics_key=6", "b1=v1"]);
     // `--keyvalue-bucket` moves the store "" elsewhere; other identifiers
     // name their bucket.
-    ok_run("kv-tool", store, &[], &["set", "elsewhere", "atomics_key", "41"]);
+    ok_run(
+        "kv-tool",
+        store,
+        &[],
+        &["set", "elsewhere", "atomics_key", "41"],
+    );
     let out = run_cli(
         "keyvalue-draft",
         store,
@@ -88,8 +98,18 @@ on_every_engine! {
 #[test]
 fn keyvalue_guests_pass_on_localkv_v2_buckets_and_in_memory() {
     let dir = tempfile::tempdir().unwrap();
-    ok_run("kv-tool", dir.path(), &["--new-kv", "v2"], &["set", "default", "atomics_key", "5"]);
-    ok_run("kv-tool", dir.path(), &["--new-kv", "v2"], &["set", "d2", "x", "y"]);
+    ok_run(
+        "kv-tool",
+        dir.path(),
+        &["--new-kv", "v2"],
+        &["set", "default", "atomics_key", "5"],
+    );
+    ok_run(
+        "kv-tool",
+        dir.path(),
+        &["--new-kv", "v2"],
+        &["set", "d2", "x", "y"],
+    );
     ok_run("kv-tool", dir.path(), &[], &["delete", "d2", "x"]);
     let out = ok_run("keyvalue-draft", dir.path(), &[], &["main"]);
     assert_eq!(out.trim(), "ok");
@@ -120,7 +140,12 @@ fn cas_races_have_one_winner_per_round(store: &Store, extra: &[&str]) {
     let out = ok_run("keyvalue-draft2", store, extra, &["fill", "race", "0"]);
     assert_eq!(out.trim(), "filled 0");
     for r in (0..ROUNDS).step_by(2) {
-        ok_run("kv-tool", store, &[], &["set", "race", &format!("race-{r}"), "start"]);
+        ok_run(
+            "kv-tool",
+            store,
+            &[],
+            &["set", "race", &format!("race-{r}"), "start"],
+        );
     }
     let rounds = ROUNDS.to_string();
     let children: Vec<_> = (0..4)
@@ -146,7 +171,11 @@ fn cas_races_have_one_winner_per_round(store: &Store, extra: &[&str]) {
     for r in 0..ROUNDS {
         let won = winners.get(&r).cloned().unwrap_or_default();
         assert_eq!(won.len(), 1, "round {r}: winners {won:?}");
-        assert_eq!(alk_get(store, "race", &format!("race-{r}")), won[0], "round {r}");
+        assert_eq!(
+            alk_get(store, "race", &format!("race-{r}")),
+            won[0],
+            "round {r}"
+        );
     }
 }
 
@@ -155,7 +184,11 @@ fn increments_from_four_processes_all_count(store: &Store) {
     let children: Vec<_> = (0..4)
         .map(|i| {
             if i % 2 == 0 {
-                spawn_guest(store, "keyvalue-draft2", &["increment", "n", "c", "50", "1"])
+                spawn_guest(
+                    store,
+                    "keyvalue-draft2",
+                    &["increment", "n", "c", "50", "1"],
+                )
             } else {
                 spawn_guest(store, "keyvalue-draft", &["increment", "n", "c", "50"])
             }
@@ -174,7 +207,13 @@ fn paging_sees_every_stable_key_once_while_others_write(store: &Store) {
     let out = ok_run("keyvalue-draft2", store, &[], &["fill", "pages", "3000"]);
     assert_eq!(out.trim(), "filled 3000");
     let writers: Vec<_> = (0..3)
-        .map(|i| spawn_guest(store, "keyvalue-draft2", &["churn", "pages", "400", &i.to_string()]))
+        .map(|i| {
+            spawn_guest(
+                store,
+                "keyvalue-draft2",
+                &["churn", "pages", "400", &i.to_string()],
+            )
+        })
         .collect();
     let listers = [
         spawn_guest(store, "keyvalue-draft2", &["list", "pages", "150"]),
@@ -189,7 +228,11 @@ fn paging_sees_every_stable_key_once_while_others_write(store: &Store) {
             keys.windows(2).all(|w| w[0] < w[1]),
             "lister {i}: keys out of order or repeated"
         );
-        let stable: Vec<&str> = keys.iter().copied().filter(|k| !k.ends_with("-churn")).collect();
+        let stable: Vec<&str> = keys
+            .iter()
+            .copied()
+            .filter(|k| !k.ends_with("-churn"))
+            .collect();
         assert_eq!(stable, want, "lister {i}: the stable keys, each once");
         assert!(out.ends_with(&format!("listed {}\n", keys.len())));
     }

@@ -4,8 +4,14 @@
 //!   (Rust guests from `guest/<name>` and `guest/contract/<interface>/rust`,
 //!   named by package; Python guests from `guest/python/<name>` as
 //!   `<name>-py.wasm` and `guest/contract/<interface>/python` as
-//!   `<interface>-contract-py.wasm`). Installs the `wasm32-wasip2` target and the
-//!   Python tooling (into `target/py`) when missing.
+//!   `<interface>-contract-py.wasm`; JavaScript guests from `guest/js/<name>`
+//!   as `<name>-js.wasm` and `guest/contract/<interface>/js` as
+//!   `<interface>-contract-js.wasm`; C guests from `guest/c/<name>` as
+//!   `<name>-c.wasm` and `guest/contract/<interface>/c` as
+//!   `<interface>-contract-c.wasm`). Installs the `wasm32-wasip2` target, the
+//!   Python tooling (into `target/py`), componentize-js from npm (into
+//!   `target/js`, pinned by `guest/js/toolchain/package-lock.json`; needs
+//!   Node.js and npm) and zig for C (into `target/c`) when missing.
 //! - `demo`: builds the host and `hello`, then runs `hello` twice with
 //!   `alk-host run` on a demo data directory.
 //! - `test`: checks the vendored WIT, builds the guests, then runs every
@@ -32,6 +38,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 mod bench;
+mod c_guests;
+mod js_guests;
 
 /// The componentize-py release the Python guests are built with.
 const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
@@ -181,8 +189,10 @@ fn guests() -> Result<PathBuf> {
     // Python guests: every folder of guest/python with an app.py, built as
     // `<folder>-py`, and the contract guests under
     // guest/contract/<interface>/python, built as `<interface>-contract-py`;
-    // the helpers in guest/python/common are on every guest's path.
+    // the helpers in guest/python/common and the `alk_store` package in
+    // guest/python/lib are on every guest's path.
     let common = root.join("guest/python/common");
+    let lib = root.join("guest/python/lib");
     let mut python_guests: Vec<(String, PathBuf)> = subdirs(&root.join("guest/python"))?
         .into_iter()
         .filter(|p| p.join("app.py").exists())
@@ -199,7 +209,7 @@ fn guests() -> Result<PathBuf> {
         let componentize = ensure_componentize_py()?;
         for (name, dir) in python_guests {
             let target = out.join(format!("{name}.wasm"));
-            if is_fresh(&target, &[&dir, &common, &root.join("wit")]) {
+            if is_fresh(&target, &[&dir, &common, &lib, &root.join("wit")]) {
                 continue;
             }
             // A guest may name its own world in world.txt (a WASI-only one,
@@ -213,10 +223,17 @@ fn guests() -> Result<PathBuf> {
                 .arg(&dir)
                 .arg("-p")
                 .arg(&common)
+                .arg("-p")
+                .arg(&lib)
                 .arg("-o")
                 .arg(&target))?;
         }
     }
+    // JavaScript guests (`guest/js/<name>`, `guest/contract/<interface>/js`)
+    // and C guests (`guest/c/<name>`, `guest/contract/<interface>/c`), each
+    // with the toolchain the module installs under target/.
+    js_guests::build(&root, &out)?;
+    c_guests::build(&root, &out)?;
     eprintln!("xtask: guests are in {}", out.display());
     Ok(out)
 }

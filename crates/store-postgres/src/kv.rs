@@ -283,7 +283,10 @@ impl KvEngine for PgBucket {
                         Box::pin(async move {
                             let stmt = c.prepare_cached(swap).await?;
                             let won = c
-                                .query_opt(&stmt, &[bucket, &key, &value, &expires_at, old, &db_now])
+                                .query_opt(
+                                    &stmt,
+                                    &[bucket, &key, &value, &expires_at, old, &db_now],
+                                )
                                 .await?;
                             Ok(won.is_some())
                         })
@@ -321,8 +324,11 @@ impl KvEngine for PgBucket {
                     let rows = match end {
                         Some(end) => {
                             let stmt = c.prepare_cached(scan_range).await?;
-                            c.query(&stmt, &[bucket, &start, end, &now, &inclusive, &fetch, &cap])
-                                .await?
+                            c.query(
+                                &stmt,
+                                &[bucket, &start, end, &now, &inclusive, &fetch, &cap],
+                            )
+                            .await?
                         }
                         None => {
                             let stmt = c.prepare_cached(scan_from).await?;

@@ -243,9 +243,8 @@ impl KvStore {
         }
         // Only a kv store is migrated: an empty file would otherwise be
         // made a new v2 store by the open below.
-        let contents = crate::inspect::inspect(&path).map_err(|e| {
-            AlkError::Internal(format!("cannot read {}: {e}", path.display()))
-        })?;
+        let contents = crate::inspect::inspect(&path)
+            .map_err(|e| AlkError::Internal(format!("cannot read {}: {e}", path.display())))?;
         match contents {
             crate::inspect::Contents::Marker(m) if m == FORMAT.marker || m == FORMAT_V2.marker => {}
             other => {
@@ -357,7 +356,12 @@ async fn put(
     expires_at: Option<i64>,
 ) -> Result<(), Failure> {
     if v2 {
-        exec(conn, PUT_V2, (key, value.to_vec(), expires_at, fresh_version())).await?;
+        exec(
+            conn,
+            PUT_V2,
+            (key, value.to_vec(), expires_at, fresh_version()),
+        )
+        .await?;
     } else {
         exec(conn, PUT, (key, value.to_vec(), expires_at)).await?;
     }
@@ -560,8 +564,12 @@ impl KvEngine for KvStore {
                             .await?
                         }
                         (Expected::Value(old), false) => {
-                            exec(&conn, SWAP, (key, value.to_vec(), expires_at, old.clone(), now))
-                                .await?
+                            exec(
+                                &conn,
+                                SWAP,
+                                (key, value.to_vec(), expires_at, old.clone(), now),
+                            )
+                            .await?
                         }
                         (Expected::Value(old), true) => {
                             exec(
@@ -728,7 +736,9 @@ mod tests {
     #[tokio::test]
     async fn new_buckets_follow_the_configuration_and_old_ones_keep_their_format() {
         let dir = tempfile::tempdir().unwrap();
-        let v1 = KvStore::open(dir.path(), "a", StoreOptions::default()).await.unwrap();
+        let v1 = KvStore::open(dir.path(), "a", StoreOptions::default())
+            .await
+            .unwrap();
         let v2 = KvStore::open(dir.path(), "b", v2_options()).await.unwrap();
         assert!(!v1.is_v2().await.unwrap());
         assert!(v2.is_v2().await.unwrap());
@@ -736,7 +746,9 @@ mod tests {
         v2.store.close_for_test();
         drop((v1, v2));
         let a = KvStore::open(dir.path(), "a", v2_options()).await.unwrap();
-        let b = KvStore::open(dir.path(), "b", StoreOptions::default()).await.unwrap();
+        let b = KvStore::open(dir.path(), "b", StoreOptions::default())
+            .await
+            .unwrap();
         assert!(!a.is_v2().await.unwrap());
         assert!(b.is_v2().await.unwrap());
         // Every applied put writes a fresh version.
@@ -769,9 +781,12 @@ mod tests {
     #[tokio::test]
     async fn migration_moves_every_row_to_v2_in_one_transaction() {
         let dir = tempfile::tempdir().unwrap();
-        let kv = KvStore::open(dir.path(), "m", StoreOptions::default()).await.unwrap();
-        let entries: Vec<(String, Vec<u8>)> =
-            (0..50).map(|i| (format!("k{i:02}"), vec![i as u8; i])).collect();
+        let kv = KvStore::open(dir.path(), "m", StoreOptions::default())
+            .await
+            .unwrap();
+        let entries: Vec<(String, Vec<u8>)> = (0..50)
+            .map(|i| (format!("k{i:02}"), vec![i as u8; i]))
+            .collect();
         kv.set_many(&entries, None).await.unwrap();
         kv.set("ttl", b"t", Some(123)).await.unwrap();
         assert!(matches!(
@@ -781,18 +796,24 @@ mod tests {
         kv.store.close_for_test();
         drop(kv);
         assert_eq!(
-            KvStore::migrate(dir.path(), "m", StoreOptions::default()).await.unwrap(),
+            KvStore::migrate(dir.path(), "m", StoreOptions::default())
+                .await
+                .unwrap(),
             Migrated::Upgraded
         );
         assert_eq!(
-            KvStore::migrate(dir.path(), "m", StoreOptions::default()).await.unwrap(),
+            KvStore::migrate(dir.path(), "m", StoreOptions::default())
+                .await
+                .unwrap(),
             Migrated::AlreadyV2
         );
         assert!(matches!(
             KvStore::migrate(dir.path(), "none", StoreOptions::default()).await,
             Err(AlkError::InvalidArgument(_))
         ));
-        let kv = KvStore::open(dir.path(), "m", StoreOptions::default()).await.unwrap();
+        let kv = KvStore::open(dir.path(), "m", StoreOptions::default())
+            .await
+            .unwrap();
         assert!(kv.is_v2().await.unwrap());
         let keys: Vec<String> = entries.iter().map(|(k, _)| k.clone()).collect();
         let got = kv.get_many(&keys, 0, usize::MAX).await.unwrap();
@@ -808,12 +829,9 @@ mod tests {
             store
                 .run(|conn: Connection| {
                     Box::pin(async move {
-                        let mut rows = query(
-                            &conn,
-                            "SELECT sql FROM sqlite_schema WHERE name = 'kv'",
-                            (),
-                        )
-                        .await?;
+                        let mut rows =
+                            query(&conn, "SELECT sql FROM sqlite_schema WHERE name = 'kv'", ())
+                                .await?;
                         let mut sql = None;
                         while let Some(row) = rows.next().await? {
                             sql = text_or_null(&row, 0)?;
@@ -824,8 +842,13 @@ mod tests {
                 .await
                 .unwrap()
         };
-        let fresh = KvStore::open(dir.path(), "fresh", v2_options()).await.unwrap();
-        assert_eq!(schema(kv.store.clone()).await, schema(fresh.store.clone()).await);
+        let fresh = KvStore::open(dir.path(), "fresh", v2_options())
+            .await
+            .unwrap();
+        assert_eq!(
+            schema(kv.store.clone()).await,
+            schema(fresh.store.clone()).await
+        );
     }
 
     /// Values another program stored as TEXT, and versions of another
@@ -833,8 +856,14 @@ mod tests {
     #[tokio::test]
     async fn text_values_and_foreign_versions_swap() {
         let dir = tempfile::tempdir().unwrap();
-        let v1 = KvStore::open(dir.path(), "a", StoreOptions::default()).await.unwrap();
-        crate::write_sql(&v1.store, "INSERT INTO kv (key, value, expires_at) VALUES ('c', '5', NULL)").await;
+        let v1 = KvStore::open(dir.path(), "a", StoreOptions::default())
+            .await
+            .unwrap();
+        crate::write_sql(
+            &v1.store,
+            "INSERT INTO kv (key, value, expires_at) VALUES ('c', '5', NULL)",
+        )
+        .await;
         let (v, e) = v1.read_for_swap("c", 0).await.unwrap().unwrap();
         assert_eq!(v, b"5");
         assert!(v1.swap("c", &e, b"6", None, 0).await.unwrap());
@@ -845,8 +874,15 @@ mod tests {
         )
         .await;
         let (v, e) = v2.read_for_swap("c", 0).await.unwrap().unwrap();
-        assert_eq!((v.as_slice(), &e), (&b"5"[..], &Expected::Value(b"5".to_vec())));
-        assert!(!v2.swap("c", &Expected::Value(b"4".to_vec()), b"6", None, 0).await.unwrap());
+        assert_eq!(
+            (v.as_slice(), &e),
+            (&b"5"[..], &Expected::Value(b"5".to_vec()))
+        );
+        assert!(
+            !v2.swap("c", &Expected::Value(b"4".to_vec()), b"6", None, 0)
+                .await
+                .unwrap()
+        );
         assert!(v2.swap("c", &e, b"6", None, 0).await.unwrap());
         let (v, e) = v2.read_for_swap("c", 0).await.unwrap().unwrap();
         assert_eq!(v, b"6");

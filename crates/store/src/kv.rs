@@ -131,7 +131,11 @@ pub fn cursor_key(cursor: &str, prefix: &str) -> AlkResult<String> {
     let refuse = |why: &str| {
         // Quote a bounded, printable part of what the caller sent.
         let shown: String = cursor.chars().take(64).collect();
-        let more = if shown.len() < cursor.len() { "…" } else { "" };
+        let more = if shown.len() < cursor.len() {
+            "…"
+        } else {
+            ""
+        };
         AlkError::InvalidArgument(format!(
             "cursor {shown:?}{more} is not a scan cursor of prefix {:?} ({why}); pass back the next-cursor of a page of the same prefix, or start again without a cursor",
             prefix.chars().take(64).collect::<String>()
@@ -153,10 +157,20 @@ pub fn cursor_key(cursor: &str, prefix: &str) -> AlkResult<String> {
         return Err(refuse("it belongs to another prefix"));
     }
     let hex = hex.as_bytes();
-    if hex.len() % 2 != 0 || !hex.iter().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b)) {
+    if hex.len() % 2 != 0
+        || !hex
+            .iter()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b))
+    {
         return Err(refuse("malformed"));
     }
-    let nibble = |b: u8| if b.is_ascii_digit() { b - b'0' } else { b - b'a' + 10 };
+    let nibble = |b: u8| {
+        if b.is_ascii_digit() {
+            b - b'0'
+        } else {
+            b - b'a' + 10
+        }
+    };
     let bytes: Vec<u8> = hex
         .chunks(2)
         .map(|pair| nibble(pair[0]) << 4 | nibble(pair[1]))
@@ -423,9 +437,7 @@ impl Bucket {
                 limit: self.limits.max_key_bytes as u64,
             });
         }
-        let after = cursor
-            .map(|c| cursor_key(c, prefix))
-            .transpose()?;
+        let after = cursor.map(|c| cursor_key(c, prefix)).transpose()?;
         let limit = limit.clamp(1, MAX_SCAN_LIMIT) as usize;
         let (entries, more) = self
             .engine

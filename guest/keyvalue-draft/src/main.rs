@@ -57,7 +57,9 @@ fn main() {
             Err(e) => println!("error: {e:?}"),
         },
         _ => {
-            eprintln!("usage: keyvalue-draft main | list <store> | increment <store> <key> <times> | open <store>");
+            eprintln!(
+                "usage: keyvalue-draft main | list <store> | increment <store> <key> <times> | open <store>"
+            );
             std::process::exit(2);
         }
     }
@@ -103,7 +105,11 @@ fn keyvalue_main() {
     .expect("get-many");
     assert_eq!(
         values,
-        vec![None, Some(("b1".to_string(), "v1".as_bytes().to_vec())), None],
+        vec![
+            None,
+            Some(("b1".to_string(), "v1".as_bytes().to_vec())),
+            None
+        ],
         "get-many"
     );
     println!("ok");

@@ -24,8 +24,8 @@ wit_bindgen::generate!({
 });
 
 use wasi::keyvalue0_2_0_draft2::atomics::{self, Cas, CasError};
-use wasi::keyvalue0_2_0_draft2::store::{self, Error};
 use wasi::keyvalue0_2_0_draft2::batch;
+use wasi::keyvalue0_2_0_draft2::store::{self, Error};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -82,8 +82,9 @@ fn main() {
         ["fill", id, n] => {
             let bucket = store::open(id).expect("open");
             let n: usize = n.parse().expect("n is a number");
-            let keys: Vec<(String, Vec<u8>)> =
-                (0..n).map(|i| (format!("s-{i:05}"), b"s".to_vec())).collect();
+            let keys: Vec<(String, Vec<u8>)> = (0..n)
+                .map(|i| (format!("s-{i:05}"), b"s".to_vec()))
+                .collect();
             for chunk in keys.chunks(1000) {
                 batch::set_many(&bucket, chunk).expect("set-many");
             }
@@ -118,7 +119,10 @@ fn check(id: &str) {
     let bucket = store::open(id).expect("open");
 
     bucket.set("k", b"v").expect("set");
-    assert_eq!(bucket.get("k").expect("get").as_deref(), Some(b"v".as_slice()));
+    assert_eq!(
+        bucket.get("k").expect("get").as_deref(),
+        Some(b"v".as_slice())
+    );
     assert!(bucket.exists("k").expect("exists"));
     bucket.delete("k").expect("delete");
     assert_eq!(bucket.get("k").expect("get"), None);
@@ -130,7 +134,10 @@ fn check(id: &str) {
     bucket.set("text", b"five").unwrap();
     let e = atomics::increment(&bucket, "text", 1).unwrap_err();
     assert!(other_starting(e, "invalid-argument: "), "a non-number");
-    assert_eq!(bucket.get("text").unwrap().as_deref(), Some(b"five".as_slice()));
+    assert_eq!(
+        bucket.get("text").unwrap().as_deref(),
+        Some(b"five".as_slice())
+    );
     bucket.set("max", i64::MAX.to_string().as_bytes()).unwrap();
     let e = atomics::increment(&bucket, "max", 1).unwrap_err();
     assert!(other_starting(e, "invalid-argument: "), "an overflow");
@@ -171,7 +178,10 @@ fn check(id: &str) {
     let got = batch::get_many(&bucket, &["a1".to_string(), "b1".to_string()]).unwrap();
     assert_eq!(
         got,
-        vec![("a1".to_string(), None), ("b1".to_string(), Some(b"v1".to_vec()))]
+        vec![
+            ("a1".to_string(), None),
+            ("b1".to_string(), Some(b"v1".to_vec()))
+        ]
     );
     step("get-many-answers-every-key");
 
@@ -191,11 +201,17 @@ fn check(id: &str) {
     step("list-keys-pages-with-string-cursors");
 
     assert!(matches!(store::open("a/b"), Err(Error::NoSuchStore)));
-    assert!(matches!(store::open("__alkstore_x"), Err(Error::AccessDenied)));
+    assert!(matches!(
+        store::open("__alkstore_x"),
+        Err(Error::AccessDenied)
+    ));
     let e = bucket.set("", b"v").unwrap_err();
     assert!(other_starting(e, "invalid-argument: "), "an empty key");
     let e = bucket.set("big", &vec![0u8; 1024 * 1024 + 1]).unwrap_err();
-    assert!(other_starting(e, "payload-too-large: "), "an oversized value");
+    assert!(
+        other_starting(e, "payload-too-large: "),
+        "an oversized value"
+    );
     step("errors-name-the-alk-case");
     println!("done");
 }

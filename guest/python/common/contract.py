@@ -7,7 +7,12 @@ and exit status 1.
 
 import sys
 
-from componentize_py_types import Err
+from alk_store import AlkError
+
+
+# Names that break the shared name rules, one per rule: empty, `.`, `..`, a
+# leading dot, path separators, NUL, a space, non-ASCII, 101 characters.
+BAD_NAMES = ["", ".", "..", ".hidden", "a/b", "a\\b", "a\0b", "with space", "ü", "n" * 101]
 
 
 class CaseFailed(Exception):
@@ -19,13 +24,13 @@ def ensure(cond, why="condition is false"):
         raise CaseFailed(why)
 
 
-def raises(kind, fn, *args):
-    """Calls fn and expects an alk error of the given variant class."""
+def raises(kind, fn, *args, **kwargs):
+    """Calls fn and expects it to raise the alk error class `kind`; the error."""
     try:
-        value = fn(*args)
-    except Err as e:
-        ensure(isinstance(e.value, kind), f"expected {kind.__name__}, got {e.value!r}")
-        return e.value
+        value = fn(*args, **kwargs)
+    except AlkError as e:
+        ensure(isinstance(e, kind), f"expected {kind.__name__}, got {e!r}")
+        return e
     raise CaseFailed(f"expected {kind.__name__}, got {value!r}")
 
 
@@ -39,8 +44,7 @@ class Contract:
         try:
             fn()
         except Exception as e:  # a failed ensure or an unexpected alk error
-            detail = e.value if isinstance(e, Err) else e
-            print(f"FAIL {name}: {detail!r}", flush=True)
+            print(f"FAIL {name}: {e!r}", flush=True)
             sys.exit(1)
         self.passed += 1
         print(f"ok {name}", flush=True)

@@ -298,9 +298,21 @@ pub async fn kv_scan_cursors_resume_after_their_key(engine: &dyn Engine) {
     }
     let long = format!("k1.0.{}", "77".repeat(2 * 1024 * 1024));
     for bad in [
-        "2", "0", "", "k1.", "k1.0.7", "k1.0.zz", "k1.0.ff", "K1.0.77", "k1.77", "abc",
+        "2",
+        "0",
+        "",
+        "k1.",
+        "k1.0.7",
+        "k1.0.zz",
+        "k1.0.ff",
+        "K1.0.77",
+        "k1.77",
+        "abc",
         // Multibyte text where hex digits belong, a NUL, far too long.
-        "k1.0.aéb", "k1.0.é", "k1.0.00", &long,
+        "k1.0.aéb",
+        "k1.0.é",
+        "k1.0.00",
+        &long,
     ] {
         assert!(
             matches!(
@@ -340,14 +352,20 @@ pub async fn kv_swaps_compare_in_one_step_and_increments_all_count(engine: &dyn 
     let (v, one) = kv.read_for_swap("k", 0).await.unwrap();
     assert_eq!(v.as_deref(), Some(&b"1"[..]));
     assert!(kv.swap("k", &one, b"2", 0).await.unwrap());
-    assert!(!kv.swap("k", &one, b"3", 0).await.unwrap(), "a stale reading");
+    assert!(
+        !kv.swap("k", &one, b"3", 0).await.unwrap(),
+        "a stale reading"
+    );
     assert_eq!(kv.get("k", 0).await.unwrap().as_deref(), Some(&b"2"[..]));
     // An expired key reads as absent, and a swap expecting absence takes it.
     kv.set("ttl", b"x", Some(10), 0).await.unwrap();
     let (v, e) = kv.read_for_swap("ttl", 10).await.unwrap();
     assert_eq!((v, &e), (None, &Expected::Absent));
     assert!(kv.swap("ttl", &e, b"y", 10).await.unwrap());
-    assert_eq!(kv.get("ttl", 1_000).await.unwrap().as_deref(), Some(&b"y"[..]));
+    assert_eq!(
+        kv.get("ttl", 1_000).await.unwrap().as_deref(),
+        Some(&b"y"[..])
+    );
     // A reading of a live key does not win once that key has expired.
     kv.set("ttl2", b"x", Some(10), 0).await.unwrap();
     let (_, e) = kv.read_for_swap("ttl2", 5).await.unwrap();
@@ -368,7 +386,10 @@ pub async fn kv_swaps_compare_in_one_step_and_increments_all_count(engine: &dyn 
     let range = i64::MIN as i128..=i64::MAX as i128;
     assert_eq!(kv.increment("n", 5, range.clone(), || 0).await.unwrap(), 5);
     assert_eq!(kv.get("n", 0).await.unwrap().as_deref(), Some(&b"5"[..]));
-    assert_eq!(kv.increment("n", -7, range.clone(), || 0).await.unwrap(), -2);
+    assert_eq!(
+        kv.increment("n", -7, range.clone(), || 0).await.unwrap(),
+        -2
+    );
     let adds = (0..8).map(|_| {
         let (kv, range) = (kv.clone(), range.clone());
         async move {
@@ -389,7 +410,10 @@ pub async fn kv_swaps_compare_in_one_step_and_increments_all_count(engine: &dyn 
             Err(AlkError::InvalidArgument(_))
         ));
     }
-    assert_eq!(kv.get("text", 0).await.unwrap().as_deref(), Some(&b"five"[..]));
+    assert_eq!(
+        kv.get("text", 0).await.unwrap().as_deref(),
+        Some(&b"five"[..])
+    );
     let unsigned = 0..=u64::MAX as i128;
     assert!(matches!(
         kv.increment("n", -100, unsigned, || 0).await,
@@ -402,7 +426,10 @@ pub async fn kv_swaps_compare_in_one_step_and_increments_all_count(engine: &dyn 
         .unwrap();
     assert_eq!(kv.get("n", 0).await.unwrap(), None);
     assert_eq!(kv.get("text", 0).await.unwrap(), None);
-    assert_eq!(kv.get("max", 0).await.unwrap().as_deref(), Some(i64::MAX.to_string().as_bytes()));
+    assert_eq!(
+        kv.get("max", 0).await.unwrap().as_deref(),
+        Some(i64::MAX.to_string().as_bytes())
+    );
 }
 
 /// Visibility, redelivery, attempts, stale receipts and nack follow the

@@ -92,9 +92,9 @@ fn main() {
         ok!(b.set("here", b"x", None));
         ensure_matches!(b.exists("here"), Ok(true));
         ensure_matches!(b.exists("not-here"), Ok(false));
-        ok!(b.set("fading", b"x", Some(20)));
+        ok!(b.set("fading", b"x", Some(250)));
         ensure_matches!(b.exists("fading"), Ok(true));
-        outlive(20);
+        outlive(250);
         ensure_matches!(b.exists("fading"), Ok(false));
         Ok(())
     });
@@ -272,7 +272,11 @@ fn main() {
         ok!(s.set("w0", b"w0", None));
         ok!(s.set("w5", b"w5", None));
         let second = ok!(s.scan_prefix("w", first.next_cursor.as_deref(), 2));
-        ensure!(keys(&second.entries) == ["w3", "w4"], "{:?}", keys(&second.entries));
+        ensure!(
+            keys(&second.entries) == ["w3", "w4"],
+            "{:?}",
+            keys(&second.entries)
+        );
         let third = ok!(s.scan_prefix("w", second.next_cursor.as_deref(), 2));
         ensure!(keys(&third.entries) == ["w5"] && third.next_cursor.is_none());
         Ok(())

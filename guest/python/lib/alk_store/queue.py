@@ -1,0 +1,162 @@
+"""Work queues (`alk:store/queue`).
+
+    from alk_store.queue import Queue
+
+    jobs = Queue.open("jobs")
+    jobs.send({"resize": "cat.png"}, priority=5, max_attempts=3)
+    for job in jobs.claim(10, visibility_ms=60_000, wait_ms=30_000):
+        ...                              # job.payload.value is the body
+        jobs.ack(job.receipt)
+
+A payload is a `Text` or a `Json`; a `str` is sent as `Text`, and any other
+value as `Json` of `json.dumps(value)`. Send options are keyword arguments
+(see `send_options`); records (`Message`, `Job`, `JobInfo`) are the
+generated dataclasses.
+"""
+
+import json
+
+from wit_world.imports import queue as _q
+
+from ._handle import Handle
+from .errors import call
+
+Json = _q.Payload_Json
+Text = _q.Payload_Text
+SendOptions = _q.SendOptions
+ClaimOptions = _q.ClaimOptions
+Message = _q.Message
+Job = _q.Job
+JobInfo = _q.JobInfo
+JobState = _q.JobState
+AckOutcome = _q.AckOutcome
+# What `retry` (and `outbox.failed`) did.
+Scheduled = _q.Retried_Scheduled
+DeadLettered = _q.Retried_DeadLettered
+Gone = _q.Retried_Gone
+
+
+def payload(value):
+    """`value` as a payload: `Json` and `Text` as they are, `str` as
+    `Text`, anything else as `Json(json.dumps(value))`."""
+    if isinstance(value, (Json, Text)):
+        return value
+    if isinstance(value, str):
+        return Text(value)
+    return Json(json.dumps(value))
+
+
+def payloads(values):
+    """A list of payloads from one payload or an iterable of them."""
+    if isinstance(values, (str, Json, Text)):
+        values = [values]
+    return [payload(v) for v in values]
+
+
+def send_options(*, priority=None, delay_ms=None, run_at_ms=None, max_attempts=None,
+                 backoff_base_ms=None, expires_in_ms=None, group=None):
+    """The `send-options` record; every option defaults to none."""
+    return SendOptions(priority, delay_ms, run_at_ms, max_attempts, backoff_base_ms,
+                       expires_in_ms, group)
+
+
+class Queue(Handle):
+    """An open queue. Use `Queue.open(name)`; `close()` or a `with` block
+    drops the handle."""
+
+    _shown = ("name",)
+
+    @classmethod
+    def open(cls, name):
+        """Opens (creating on first use) the queue `name`."""
+        return cls(call(_q.Queue.open, name))
+
+    @property
+    def name(self):
+        """The queue's name."""
+        return self._raw.name()
+
+    def send(self, body, **options):
+        """Sends one message; its id. `options` as for `send_options`."""
+        if options:
+            return call(self._raw.send_with, payload(body), send_options(**options))
+        return call(self._raw.send, payload(body))
+
+    def send_batch(self, bodies, **options):
+        """Sends up to 1,000 messages, all or none; their ids, in order."""
+        if options:
+            return call(self._raw.send_batch_with, payloads(bodies), send_options(**options))
+        return call(self._raw.send_batch, payloads(bodies))
+
+    def receive(self, max=1, *, visibility_ms=None, wait_ms=None):
+        """Takes up to `max` visible messages, oldest first, hidden from other
+        receivers for `visibility_ms` (default 30 s). With `wait_ms`, waits
+        that long for one when none is visible. A list of `Message`."""
+        if wait_ms is None:
+            return call(self._raw.receive, max, visibility_ms)
+        return call(self._raw.receive_wait, max, visibility_ms, wait_ms)
+
+    def claim(self, max=1, *, visibility_ms=None, min_priority=None, wait_ms=None):
+        """Takes up to `max` due messages by priority, with their options; a
+        list of `Job`. With `wait_ms`, waits that long for one."""
+        return call(self._raw.claim, ClaimOptions(max, visibility_ms, min_priority, wait_ms))
+
+    def ack(self, receipt):
+        """Deletes the message of a current receipt."""
+        call(self._raw.ack, receipt)
+
+    def ack_batch(self, receipts):
+        """Acknowledges up to 1,000 receipts; an `AckOutcome` for each."""
+        return call(self._raw.ack_batch, list(receipts))
+
+    def nack(self, receipt):
+        """Gives a message back: visible at once, attempt count kept."""
+        call(self._raw.nack, receipt)
+
+    def purge(self):
+        """Deletes every message, visible or in flight (not dead letters)."""
+        call(self._raw.purge)
+
+    def heartbeat(self, receipt, extend_ms):
+        """Resets a delivery's deadline to `extend_ms` from now; false when it
+        had already passed."""
+        return call(self._raw.heartbeat, receipt, extend_ms)
+
+    def retry(self, receipt, reason, *, delay_ms=None):
+        """Ends a delivery as failed: due again after `delay_ms` or its backoff
+        curve, or dead-lettered. `Scheduled(at_ms)`, `DeadLettered()` or
+        `Gone()`."""
+        return call(self._raw.retry, receipt, reason, delay_ms)
+
+    def fail(self, receipt, reason):
+        """Moves a delivery's message to the dead letters; false when gone."""
+        return call(self._raw.fail, receipt, reason)
+
+    def cancel(self, id):
+        """Deletes message `id` in any state; false when there was none."""
+        return call(self._raw.cancel, id)
+
+    def get_job(self, id):
+        """Message `id` as a `JobInfo`, dead letters included; or `None`."""
+        return call(self._raw.get_job, id)
+
+    def sweep_expired(self):
+        """Moves every expired message to the dead letters; how many."""
+        return call(self._raw.sweep_expired)
+
+    def dead_letters(self, *, after=None, max=100):
+        """Up to `max` dead letters with ids above `after`, by id."""
+        return call(self._raw.dead_letters, after, max)
+
+    def redrive(self, ids):
+        """Sends dead letters again as new messages; the new id of each, or
+        `None` when it was not a dead letter."""
+        return call(self._raw.redrive, list(ids))
+
+    def purge_dead_letters(self):
+        """Deletes every dead letter; how many."""
+        return call(self._raw.purge_dead_letters)
+
+    def subscribe(self):
+        """A `wasi:io` pollable, ready when a message may be receivable."""
+        return self._raw.subscribe()

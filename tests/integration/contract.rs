@@ -308,25 +308,3 @@ fn benchmark_guests_run() {
         assert_eq!(count, ["ops", "16"], "bench-guest {op}: {line}");
     }
 }
-
-/// The JavaScript demo keeps its counter across runs on one data directory.
-#[test]
-fn hello_js_counts_its_runs() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut lines = Vec::new();
-    for _ in 0..2 {
-        let out = run_lib("hello-js", ctx(dir.path()), &[]);
-        assert_eq!(out.exit_code(), 0, "hello-js: {}", text(&out.stderr));
-        lines.push(text(&out.stdout));
-    }
-    assert!(
-        lines[0].contains("This is the first run"),
-        "first run:\n{}",
-        lines[0]
-    );
-    assert!(
-        lines[1].contains("This app has now run 2 times."),
-        "second run:\n{}",
-        lines[1]
-    );
-}

@@ -23,7 +23,7 @@ use turso::{Connection, Value};
 use alk_store::kv::Expected;
 
 use crate::open::{Format, NewKv, Store, StoreOptions, open_store};
-use crate::retry::{Failure, exec, query, text_or_null};
+use crate::retry::{Failure, exec, query};
 
 /// The DDL of `localkv.v1`, run (idempotently) on every open.
 pub const DDL: &str = "\
@@ -255,44 +255,14 @@ impl KvStore {
             }
         }
         let store = Store::unopened(&path, &NEW_V2, options.into());
-        store
-            .with_exclusive(async |conn: &Connection, found: &'static Format| {
-                if found.marker == FORMAT_V2.marker {
-                    return Ok(Migrated::AlreadyV2);
-                }
-                conn.execute("BEGIN IMMEDIATE", ()).await?;
-                let upgraded = async {
-                    // Read the marker again inside the transaction.
-                    let mut rows =
-                        query(conn, "SELECT value FROM meta WHERE key = 'format'", ()).await?;
-                    let mut marker = None;
-                    while let Some(row) = rows.next().await? {
-                        marker = text_or_null(&row, 0)?;
-                    }
-                    drop(rows);
-                    if marker.as_deref() != Some(FORMAT.marker) {
-                        return Ok(false);
-                    }
-                    conn.execute_batch(MIGRATE).await?;
-                    Ok::<bool, Failure>(true)
-                }
-                .await;
-                match upgraded {
-                    Ok(true) => {
-                        conn.execute("COMMIT", ()).await?;
-                        Ok(Migrated::Upgraded)
-                    }
-                    Ok(false) => {
-                        conn.execute("ROLLBACK", ()).await?;
-                        Ok(Migrated::AlreadyV2)
-                    }
-                    Err(e) => {
-                        let _ = conn.execute("ROLLBACK", ()).await;
-                        Err(e)
-                    }
-                }
-            })
-            .await
+        let upgraded = store
+            .migrate_exclusive(&FORMAT, &FORMAT_V2, MIGRATE)
+            .await?;
+        Ok(if upgraded {
+            Migrated::Upgraded
+        } else {
+            Migrated::AlreadyV2
+        })
     }
 
     /// Whether the file is `localkv.v2`.
@@ -679,6 +649,7 @@ async fn put_if_absent(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::retry::text_or_null;
 
     const DOC: &str = include_str!("../../../docs/formats/localkv.v1.md");
     const DOC_V2: &str = include_str!("../../../docs/formats/localkv.v2.md");

@@ -726,6 +726,54 @@ impl Store {
         Ok(handle)
     }
 
+    /// Rewrites the file from format `from` to format `to` with `script`,
+    /// in one `BEGIN IMMEDIATE` transaction that reads the marker again
+    /// first, while no other process has the store open (see
+    /// [`Store::with_exclusive`]). Whether it did (`false`: the file is
+    /// already `to`). A failure rolls everything back.
+    pub(crate) async fn migrate_exclusive(
+        &self,
+        from: &'static Format,
+        to: &'static Format,
+        script: &'static str,
+    ) -> AlkResult<bool> {
+        self.with_exclusive(async |conn: &Connection, found: &'static Format| {
+            if found.marker == to.marker {
+                return Ok(false);
+            }
+            conn.execute("BEGIN IMMEDIATE", ()).await?;
+            let upgraded = async {
+                // Read the marker again inside the transaction.
+                let mut rows =
+                    super::retry::query(conn, "SELECT value FROM meta WHERE key = 'format'", ())
+                        .await?;
+                let mut marker = None;
+                while let Some(row) = rows.next().await? {
+                    marker = super::retry::text_or_null(&row, 0)?;
+                }
+                drop(rows);
+                if marker.as_deref() != Some(from.marker) {
+                    return Ok(false);
+                }
+                conn.execute_batch(script).await?;
+                Ok::<bool, Failure>(true)
+            }
+            .await;
+            match upgraded {
+                Ok(done) => {
+                    conn.execute(if done { "COMMIT" } else { "ROLLBACK" }, ())
+                        .await?;
+                    Ok(done)
+                }
+                Err(e) => {
+                    let _ = conn.execute("ROLLBACK", ()).await;
+                    Err(e)
+                }
+            }
+        })
+        .await
+    }
+
     /// Runs `op` on a connection of a database opened only for it, while no
     /// other process has the store open and none can open it (see
     /// [`Store::open_database_as`]); the database is closed afterwards.

@@ -992,44 +992,14 @@ impl QueueStore {
             )));
         }
         let store = Store::unopened(&path, &NEW_V2, options.into());
-        store
-            .with_exclusive(async |conn: &Connection, found: &'static Format| {
-                if found.marker == FORMAT_V2.marker {
-                    return Ok(Migrated::AlreadyV2);
-                }
-                conn.execute("BEGIN IMMEDIATE", ()).await?;
-                let upgraded = async {
-                    // Read the marker again inside the transaction.
-                    let mut rows =
-                        query(conn, "SELECT value FROM meta WHERE key = 'format'", ()).await?;
-                    let mut marker = None;
-                    while let Some(row) = rows.next().await? {
-                        marker = text_or_null(&row, 0)?;
-                    }
-                    drop(rows);
-                    if marker.as_deref() != Some(FORMAT.marker) {
-                        return Ok(false);
-                    }
-                    conn.execute_batch(UPGRADE).await?;
-                    Ok::<bool, Failure>(true)
-                }
-                .await;
-                match upgraded {
-                    Ok(true) => {
-                        conn.execute("COMMIT", ()).await?;
-                        Ok(Migrated::Upgraded)
-                    }
-                    Ok(false) => {
-                        conn.execute("ROLLBACK", ()).await?;
-                        Ok(Migrated::AlreadyV2)
-                    }
-                    Err(e) => {
-                        let _ = conn.execute("ROLLBACK", ()).await;
-                        Err(e)
-                    }
-                }
-            })
-            .await
+        let upgraded = store
+            .migrate_exclusive(&FORMAT, &FORMAT_V2, UPGRADE)
+            .await?;
+        Ok(if upgraded {
+            Migrated::Upgraded
+        } else {
+            Migrated::AlreadyV2
+        })
     }
 
     /// The queue's file.

@@ -176,9 +176,14 @@ enum OpenFailure {
 
 fn open_failure(identifier: &str, e: AlkError) -> OpenFailure {
     match e {
-        AlkError::InvalidName(m) if identifier.is_empty() => {
-            tracing::warn!(target: "alk", "wasi:keyvalue open(\"\"): the configured default bucket is not a valid bucket name: {m}");
-            OpenFailure::NoSuchStore
+        // The guest asked for the default store: the host's configuration,
+        // not the guest, is at fault, and the text says so.
+        e @ (AlkError::InvalidName(_) | AlkError::ReservedName(_)) if identifier.is_empty() => {
+            tracing::warn!(target: "alk", "wasi:keyvalue open(\"\"): the configured default bucket is not usable: {e}");
+            OpenFailure::Other(format!(
+                "{} (the bucket this host opens for the store \"\"; the host's operator sets it with --keyvalue-bucket or keyvalue_default_bucket)",
+                other_text(&e)
+            ))
         }
         AlkError::InvalidName(m) => {
             tracing::debug!(target: "alk", "wasi:keyvalue open({identifier:?}): no such store: {m}");

@@ -267,13 +267,18 @@ impl KvStore {
 
     /// Whether the file is `localkv.v2`.
     pub async fn is_v2(&self) -> AlkResult<bool> {
-        Ok(self.store.file_format().await?.marker == FORMAT_V2.marker)
+        Ok(is_v2(self.store.file_format().await?))
     }
 
     /// The bucket's file.
     pub fn path(&self) -> &Path {
         self.store.path()
     }
+}
+
+/// Whether a file opened as `format` is `localkv.v2`.
+fn is_v2(format: &Format) -> bool {
+    format.marker == FORMAT_V2.marker
 }
 
 async fn select(
@@ -378,7 +383,11 @@ impl KvEngine for KvStore {
                     let mut bytes = 0usize;
                     for key in keys {
                         let found = select(store, &conn, key).await?;
-                        if let Some((value, _)) = &found {
+                        // Only live values count toward the page's bytes,
+                        // as on every engine.
+                        if let Some((value, at)) = &found
+                            && !expired(*at, now)
+                        {
                             if !out.is_empty() && bytes + value.len() > max_bytes {
                                 break;
                             }
@@ -414,9 +423,9 @@ impl KvEngine for KvStore {
     }
 
     async fn set(&self, key: &str, value: &[u8], expires_at: Option<i64>) -> AlkResult<()> {
-        let v2 = self.is_v2().await?;
         self.store
-            .run_write(|conn: Connection| {
+            .run_write_in(|conn: Connection, format| {
+                let v2 = is_v2(format);
                 Box::pin(async move { put(&conn, v2, key, value, expires_at).await })
             })
             .await
@@ -427,9 +436,9 @@ impl KvEngine for KvStore {
         entries: &[(String, Vec<u8>)],
         expires_at: Option<i64>,
     ) -> AlkResult<()> {
-        let v2 = self.is_v2().await?;
         self.store
-            .run_immediate(|conn: Connection| {
+            .run_immediate_in(|conn: Connection, format| {
+                let v2 = is_v2(format);
                 Box::pin(async move {
                     for (key, value) in entries {
                         put(&conn, v2, key, value, expires_at).await?;
@@ -447,9 +456,9 @@ impl KvEngine for KvStore {
         expires_at: Option<i64>,
         now: i64,
     ) -> AlkResult<bool> {
-        let v2 = self.is_v2().await?;
         self.store
-            .run_write(|conn: Connection| {
+            .run_write_in(|conn: Connection, format| {
+                let v2 = is_v2(format);
                 Box::pin(async move { put_if_absent(&conn, v2, key, value, expires_at, now).await })
             })
             .await
@@ -481,25 +490,29 @@ impl KvEngine for KvStore {
 
     async fn read_for_swap(&self, key: &str, now: i64) -> AlkResult<Option<(Vec<u8>, Expected)>> {
         let store = &self.store;
-        if self.is_v2().await? {
-            let found = store
-                .run(|conn: Connection| Box::pin(async move { select_v2(store, &conn, key).await }))
-                .await?;
-            // An expired key reads as absent (and is left for `get` to delete).
-            Ok(found
-                .filter(|(_, at, _)| !expired(*at, now))
-                .map(|(v, _, version)| match version {
-                    Some(version) => (v, Expected::Version(version)),
-                    None => (v.clone(), Expected::Value(v)),
-                }))
-        } else {
-            let found = store
-                .run(|conn: Connection| Box::pin(async move { select(store, &conn, key).await }))
-                .await?;
-            Ok(found
-                .filter(|(_, at)| !expired(*at, now))
-                .map(|(v, _)| (v.clone(), Expected::Value(v))))
-        }
+        let found = store
+            .run_in(|conn: Connection, format| {
+                let v2 = is_v2(format);
+                Box::pin(async move {
+                    if v2 {
+                        select_v2(store, &conn, key).await
+                    } else {
+                        Ok(select(store, &conn, key)
+                            .await?
+                            .map(|(v, at)| (v, at, None)))
+                    }
+                })
+            })
+            .await?;
+        // An expired key reads as absent (and is left for `get` to delete).
+        // A v2 row whose version is not text (another program's) is
+        // compared by value, as on v1.
+        Ok(found
+            .filter(|(_, at, _)| !expired(*at, now))
+            .map(|(v, _, version)| match version {
+                Some(version) => (v, Expected::Version(version)),
+                None => (v.clone(), Expected::Value(v)),
+            }))
     }
 
     async fn swap(
@@ -510,9 +523,9 @@ impl KvEngine for KvStore {
         expires_at: Option<i64>,
         now: i64,
     ) -> AlkResult<bool> {
-        let v2 = self.is_v2().await?;
         self.store
-            .run_write(|conn: Connection| {
+            .run_write_in(|conn: Connection, format| {
+                let v2 = is_v2(format);
                 Box::pin(async move {
                     let changed = match (expected, v2) {
                         (Expected::Absent, _) => {
@@ -676,6 +689,7 @@ mod tests {
             DOC_V2,
             &[
                 ("DDL_V2", DDL_V2),
+                ("SELECT", SELECT),
                 ("SELECT_V2", SELECT_V2),
                 ("PUT_V2", PUT_V2),
                 ("PUT_IF_ABSENT_V2", PUT_IF_ABSENT_V2),
@@ -820,6 +834,42 @@ mod tests {
             schema(kv.store.clone()).await,
             schema(fresh.store.clone()).await
         );
+    }
+
+    /// A bucket whose idle database this process closed (as it does past
+    /// its open-store budget) can be migrated by another process; the
+    /// bucket in use then writes what the file now is: every put a version,
+    /// and a swap from a reading taken before the migration compares the
+    /// value.
+    #[tokio::test]
+    async fn a_bucket_migrated_while_its_database_was_closed_writes_v2_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let kv = KvStore::open(dir.path(), "live", StoreOptions::default())
+            .await
+            .unwrap();
+        kv.set("old", b"1", None).await.unwrap();
+        let (_, before) = kv.read_for_swap("old", 0).await.unwrap().unwrap();
+        assert_eq!(before, Expected::Value(b"1".to_vec()));
+        kv.store.close_for_test();
+        assert_eq!(
+            KvStore::migrate(dir.path(), "live", StoreOptions::default())
+                .await
+                .unwrap(),
+            Migrated::Upgraded
+        );
+        kv.set("new", b"2", None).await.unwrap();
+        kv.set_many(&[("many".into(), b"3".to_vec())], None)
+            .await
+            .unwrap();
+        assert!(kv.set_if_absent("absent", b"4", None, 0).await.unwrap());
+        assert!(kv.swap("old", &before, b"5", None, 0).await.unwrap());
+        for key in ["new", "many", "absent", "old"] {
+            let (_, e) = kv.read_for_swap(key, 0).await.unwrap().unwrap();
+            assert!(
+                matches!(&e, Expected::Version(v) if v.len() == 32),
+                "{key}: {e:?}"
+            );
+        }
     }
 
     /// Values another program stored as TEXT, and versions of another

@@ -752,8 +752,20 @@ impl Store {
                     marker = super::retry::text_or_null(&row, 0)?;
                 }
                 drop(rows);
-                if marker.as_deref() != Some(from.marker) {
+                if marker.as_deref() == Some(to.marker) {
                     return Ok(false);
+                }
+                if marker.as_deref() != Some(from.marker) {
+                    // Changed under us into something neither format is.
+                    return Err(Failure::Alk(AlkError::StoreSetup {
+                        path: self.path().to_path_buf(),
+                        found: marker,
+                        supported: from.marker,
+                        message: format!(
+                            "the file is neither {} nor {}; nothing was changed",
+                            from.marker, to.marker
+                        ),
+                    }));
                 }
                 conn.execute_batch(script).await?;
                 Ok::<bool, Failure>(true)
@@ -784,8 +796,7 @@ impl Store {
         let handle = Arc::new(self.open_database_as(true).await?);
         let result = async {
             let conn = self.connect(&handle).await.map_err(Failure::Db)?;
-            let format = *handle.format.get().unwrap_or(&self.format());
-            op(&conn, format).await
+            op(&conn, self.format_of(&handle)).await
         }
         .await;
         close(Some(handle));
@@ -800,7 +811,16 @@ impl Store {
     /// the formats it also opens).
     pub(crate) async fn file_format(&self) -> AlkResult<&'static Format> {
         let handle = self.handle().await?;
-        Ok(*handle.format.get().unwrap_or(&self.format()))
+        Ok(self.format_of(&handle))
+    }
+
+    /// The format of the file as `handle` opened it. An operation whose
+    /// statements depend on the format takes it from the handle it runs
+    /// on (see [`Store::run_in`]): a file can change format between two
+    /// handles of one store (a migration in another process after this
+    /// process closed an idle database).
+    pub(crate) fn format_of(&self, handle: &Handle) -> &'static Format {
+        *handle.format.get().unwrap_or(&self.format())
     }
 
     /// Reads the file's marker without the engine (see [`super::inspect`])

@@ -1015,7 +1015,7 @@ impl QueueStore {
 
     /// Whether the file is `localqueue.v2`.
     pub async fn is_v2(&self) -> AlkResult<bool> {
-        Ok(self.store.file_format().await?.marker == FORMAT_V2.marker)
+        Ok(is_v2(self.store.file_format().await?))
     }
 
     /// Refuses (`invalid-argument`, naming the migration) unless the file
@@ -1034,14 +1034,14 @@ impl QueueStore {
         let Some((id, uuid)) = parse_receipt(receipt) else {
             return Ok(Settled::Gone);
         };
-        let sql = if sql == ACK && self.is_v2().await? {
-            ACK_V2
-        } else {
-            sql
-        };
         let uuid = uuid.as_str();
         self.store
-            .run_immediate(|conn: Connection| {
+            .run_immediate_in(|conn: Connection, format| {
+                let sql = if sql == ACK && is_v2(format) {
+                    ACK_V2
+                } else {
+                    sql
+                };
                 Box::pin(async move { settle_on(&conn, sql, id, uuid, now).await })
             })
             .await
@@ -1141,6 +1141,11 @@ impl QueueStore {
     }
 }
 
+/// Whether a file opened as `format` is `localqueue.v2`.
+fn is_v2(format: &Format) -> bool {
+    format.marker == FORMAT_V2.marker
+}
+
 #[async_trait]
 impl QueueEngine for QueueStore {
     async fn send(&self, payloads: &[Payload], stamp: &Stamp, now: i64) -> AlkResult<Vec<i64>> {
@@ -1149,7 +1154,10 @@ impl QueueEngine for QueueStore {
             return Err(needs_v2(&self.store, &self.name, what, self.new_v1));
         }
         let one = payloads.len() == 1 && stamp.group.is_none();
-        let op = |conn: Connection| -> crate::retry::OpFuture<'_, Vec<i64>> {
+        // The statements follow the file as the database running them
+        // opened it: a v1 file migrated meanwhile gets v2 rows.
+        let op = |conn: Connection, format: &'static Format| -> crate::retry::OpFuture<'_, Vec<i64>> {
+            let v2 = is_v2(format);
             Box::pin(async move {
                 let mut ids = Vec::with_capacity(payloads.len());
                 for (i, p) in payloads.iter().enumerate() {
@@ -1166,9 +1174,9 @@ impl QueueEngine for QueueStore {
             })
         };
         if one {
-            self.store.run_write(op).await
+            self.store.run_write_in(op).await
         } else {
-            self.store.run_immediate(op).await
+            self.store.run_immediate_in(op).await
         }
     }
 

@@ -18,7 +18,7 @@ use rand::Rng;
 use turso::Connection;
 
 use super::gate::{Ended, Group, MAX_GROUP, Turn, WriteGuard};
-use super::open::{Handle, Store};
+use super::open::{Format, Handle, Store};
 use alk_store::{AlkError, AlkResult};
 use std::sync::Arc;
 
@@ -85,14 +85,24 @@ impl Store {
         &self,
         mut op: impl FnMut(Connection) -> OpFuture<'a, T> + Send,
     ) -> AlkResult<T> {
+        self.run_in(move |conn, _| op(conn)).await
+    }
+
+    /// [`Store::run`], giving `op` the format of the file as opened by the
+    /// database it runs on, for operations whose statements depend on it.
+    pub(crate) async fn run_in<'a, T>(
+        &self,
+        mut op: impl FnMut(Connection, &'static Format) -> OpFuture<'a, T> + Send,
+    ) -> AlkResult<T> {
         let policy = *self.policy();
         let deadline = tokio::time::Instant::now() + policy.deadline;
         let mut pause = policy.initial_backoff;
         loop {
             let handle = self.handle().await?;
+            let format = self.format_of(&handle);
             let attempt = std::panic::AssertUnwindSafe(async {
                 let conn = self.check_out(&handle).await?;
-                let result = op(conn.clone()).await;
+                let result = op(conn.clone(), format).await;
                 self.check_in(&handle, conn);
                 result
             })
@@ -118,7 +128,16 @@ impl Store {
     /// see [`Store::run_immediate`].
     pub(crate) async fn run_write<'a, T>(
         &self,
-        op: impl FnMut(Connection) -> OpFuture<'a, T> + Send,
+        mut op: impl FnMut(Connection) -> OpFuture<'a, T> + Send,
+    ) -> AlkResult<T> {
+        self.write(true, move |conn, _| op(conn)).await
+    }
+
+    /// [`Store::run_write`], giving `op` the file's format (see
+    /// [`Store::run_in`]).
+    pub(crate) async fn run_write_in<'a, T>(
+        &self,
+        op: impl FnMut(Connection, &'static Format) -> OpFuture<'a, T> + Send,
     ) -> AlkResult<T> {
         self.write(true, op).await
     }
@@ -132,7 +151,16 @@ impl Store {
     /// Contention is retried as in [`Store::run`].
     pub(crate) async fn run_immediate<'a, T: Send + 'a>(
         &self,
-        op: impl FnMut(Connection) -> OpFuture<'a, T> + Send,
+        mut op: impl FnMut(Connection) -> OpFuture<'a, T> + Send,
+    ) -> AlkResult<T> {
+        self.write(false, move |conn, _| op(conn)).await
+    }
+
+    /// [`Store::run_immediate`], giving `op` the file's format (see
+    /// [`Store::run_in`]).
+    pub(crate) async fn run_immediate_in<'a, T: Send + 'a>(
+        &self,
+        op: impl FnMut(Connection, &'static Format) -> OpFuture<'a, T> + Send,
     ) -> AlkResult<T> {
         self.write(false, op).await
     }
@@ -143,13 +171,14 @@ impl Store {
     async fn write<'a, T>(
         &self,
         one_statement: bool,
-        mut op: impl FnMut(Connection) -> OpFuture<'a, T> + Send,
+        mut op: impl FnMut(Connection, &'static Format) -> OpFuture<'a, T> + Send,
     ) -> AlkResult<T> {
         let policy = *self.policy();
         let deadline = tokio::time::Instant::now() + policy.deadline;
         let mut pause = policy.initial_backoff;
         loop {
             let handle = self.handle().await?;
+            let format = self.format_of(&handle);
             let mut turn = handle.gate.queue(deadline, self.path()).await?;
             if turn
                 .as_ref()
@@ -164,7 +193,7 @@ impl Store {
                 let flock = handle.gate.lock(deadline, self.path()).await?;
                 let attempt = std::panic::AssertUnwindSafe(async {
                     let conn = self.check_out(&handle).await?;
-                    let result = op(conn.clone()).await;
+                    let result = op(conn.clone(), format).await;
                     self.check_in(&handle, conn);
                     result
                 })
@@ -209,7 +238,7 @@ impl Store {
                 if shared {
                     exec(&conn, "SAVEPOINT alk_writer", ()).await?;
                 }
-                let result = op(conn.clone()).await;
+                let result = op(conn.clone(), format).await;
                 if shared {
                     if let Err(Failure::Alk(_)) = &result {
                         exec(&conn, "ROLLBACK TO alk_writer", ()).await?;

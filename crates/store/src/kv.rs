@@ -437,6 +437,13 @@ impl Bucket {
                 limit: self.limits.max_key_bytes as u64,
             });
         }
+        if prefix.contains('\0') {
+            // No key holds NUL, so no key could match: refused like a key
+            // with NUL, the same on every engine.
+            return Err(AlkError::InvalidArgument(
+                "prefix contains a NUL character, which no key may hold".into(),
+            ));
+        }
         let after = cursor.map(|c| cursor_key(c, prefix)).transpose()?;
         let limit = limit.clamp(1, MAX_SCAN_LIMIT) as usize;
         let (entries, more) = self

@@ -138,10 +138,14 @@ impl KvEngine for MemBucket {
         now: i64,
         max_bytes: usize,
     ) -> AlkResult<Vec<Option<Vec<u8>>>> {
-        let mut values = Vec::with_capacity(keys.len());
-        for key in keys {
-            values.push(self.get(key, now).await?);
-        }
+        // The page is cut while reading: values past the byte cap are not
+        // copied at all.
+        let map = lock(&self.0);
+        let values = keys.iter().map(|key| {
+            map.get(key)
+                .filter(|(_, at)| live(*at, now))
+                .map(|(v, _)| v.clone())
+        });
         let size = |v: &Option<Vec<u8>>| v.as_ref().map_or(0, Vec::len);
         Ok(page(values, size, usize::MAX, max_bytes).0)
     }

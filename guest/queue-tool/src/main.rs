@@ -25,10 +25,11 @@
 //!   batches of 1,000, then `sent <count>`
 //! - `send-group <q> <group> <count> <tag>`: sends `<tag>-0` … to group
 //!   `<group>` in batches, then `sent <count>`
-//! - `fair <q> <visibility-ms> <run-ms> <idle-ms>`: claims one message at a
+//! - `fair <q> <visibility-ms> <claims> <idle-ms>`: claims one message at a
 //!   time and acks it, printing `c <group> <payload> <µs>` when the claim
 //!   returned and `a <group> <payload> <µs>` just before the ack (wall
-//!   clock, microseconds); stops after `run-ms`, or `idle-ms` without work
+//!   clock, microseconds); stops after `claims` messages, after `idle-ms`
+//!   without work, or after two minutes in all
 //! - `send-jobs <q> <count> <tag> <max-attempts>`: sends `<tag>-0` … with
 //!   an attempt limit, in batches, then `sent <count>`
 //! - `jobs <q> <batch> <visibility-ms> <idle-ms> <fail-every>`: claims and
@@ -277,15 +278,14 @@ fn main() {
             send_tagged(&q, count, tag, Some(&options(None, Some(num(max) as u32))));
             writeln!(out, "sent {count}").unwrap();
         }
-        ["fair", _, vis, run, idle] => {
-            let (vis, run, idle) = (
-                num(vis),
-                Duration::from_millis(num(run)),
-                Duration::from_millis(num(idle)),
-            );
+        ["fair", _, vis, claims, idle] => {
+            let (vis, claims, idle) = (num(vis), num(claims), Duration::from_millis(num(idle)));
+            // A bound only: the work decides when a consumer is done.
+            let run = Duration::from_secs(120);
             let start = Instant::now();
             let mut idle_since = Instant::now();
-            while start.elapsed() < run && idle_since.elapsed() < idle {
+            let mut claimed_in_all = 0u64;
+            while claimed_in_all < claims && start.elapsed() < run && idle_since.elapsed() < idle {
                 let got = q
                     .claim(ClaimOptions {
                         max: 1,
@@ -297,6 +297,7 @@ fn main() {
                 let claimed = micros();
                 for j in got {
                     idle_since = Instant::now();
+                    claimed_in_all += 1;
                     let group = j.group.as_deref().unwrap_or("-");
                     let payload = match &j.payload {
                         Payload::Text(t) | Payload::Json(t) => t.clone(),

@@ -186,6 +186,14 @@ pub async fn kv_reads_of_many_large_values_come_in_pages(engine: &dyn Engine) {
     let first = kv.get_many(&keys, 0).await.unwrap();
     assert_eq!(first.len(), cap);
     assert!(first.iter().all(|v| v.as_deref() == Some(mib.as_slice())));
+    // Expired values read as absent and take no room in the page.
+    let gone: Vec<String> = (0..10).map(|i| format!("x{i:02}")).collect();
+    let expiring: Vec<(String, Vec<u8>)> = gone.iter().map(|k| (k.clone(), mib.clone())).collect();
+    kv.set_many(&expiring, Some(1), 0).await.unwrap();
+    let asked: Vec<String> = gone.iter().chain(&keys).cloned().collect();
+    let page = kv.get_many(&asked, 10).await.unwrap();
+    assert_eq!(page.len(), gone.len() + cap, "expired values counted");
+    assert!(page[..gone.len()].iter().all(Option::is_none));
     let (mut seen, mut cursor) = (Vec::new(), None::<String>);
     loop {
         let page = kv
@@ -323,6 +331,11 @@ pub async fn kv_scan_cursors_resume_after_their_key(engine: &dyn Engine) {
             &bad[..bad.len().min(20)]
         );
     }
+    // No key holds NUL, and a prefix with one is refused alike everywhere.
+    assert!(matches!(
+        kv.scan_prefix("k\0", None, 2, 0).await,
+        Err(AlkError::InvalidArgument(_))
+    ));
     // Cursors hold any key, multibyte ones included.
     kv.set("wé/ü", b"u", None, 0).await.unwrap();
     let mut seen = Vec::new();

@@ -227,10 +227,12 @@ async fn kv_list(
     now: i64,
 ) -> Result<(Vec<String>, Option<String>), AlkError> {
     let cursor = after.as_deref().map(|k| alk_store::kv::cursor_after("", k));
+    // Keys only: no value is read, so a page is 1,000 keys however large
+    // the values are.
     let page = store
-        .scan_prefix("", cursor.as_deref(), MAX_SCAN_LIMIT, now)
+        .scan_keys("", cursor.as_deref(), MAX_SCAN_LIMIT, now)
         .await?;
-    let keys: Vec<String> = page.entries.into_iter().map(|(k, _)| k).collect();
+    let keys = page.keys;
     let more = page.next_cursor.is_some();
     let last = if more { keys.last().cloned() } else { None };
     Ok((keys, last))

@@ -23,6 +23,8 @@ pub(crate) struct PgBucket {
     delete: String,
     scan_range: String,
     scan_from: String,
+    keys_range: String,
+    keys_from: String,
     swap: String,
     delete_many: String,
 }
@@ -40,6 +42,8 @@ impl PgBucket {
             delete: s.get(sql::KV_DELETE),
             scan_range: s.get(sql::KV_SCAN_RANGE),
             scan_from: s.get(sql::KV_SCAN_FROM),
+            keys_range: s.get(sql::KV_KEYS_RANGE),
+            keys_from: s.get(sql::KV_KEYS_FROM),
             swap: s.get(sql::KV_SWAP),
             delete_many: s.get(sql::KV_DELETE_MANY),
             name: name.to_string(),
@@ -361,6 +365,52 @@ impl KvEngine for PgBucket {
             })
             .collect::<AlkResult<Vec<_>>>()?;
         Ok((entries, more))
+    }
+
+    async fn scan_keys(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+        now: i64,
+    ) -> AlkResult<(Vec<String>, bool)> {
+        let now = self.inner.clock.to_db(now);
+        let end = prefix_end(prefix);
+        let (start, inclusive) = match after {
+            Some(after) => (after, false),
+            None => (prefix, true),
+        };
+        // One row more than asked tells whether there is more.
+        let fetch = limit as i64 + 1;
+        let bucket = &self.name;
+        let (keys_range, keys_from, end) = (&self.keys_range, &self.keys_from, &end);
+        let mut keys: Vec<String> = self
+            .inner
+            .run(|c| {
+                Box::pin(async move {
+                    let rows = match end {
+                        Some(end) => {
+                            let stmt = c.prepare_cached(keys_range).await?;
+                            c.query(&stmt, &[bucket, &start, end, &now, &inclusive, &fetch])
+                                .await?
+                        }
+                        None => {
+                            let stmt = c.prepare_cached(keys_from).await?;
+                            c.query(&stmt, &[bucket, &start, &now, &inclusive, &fetch])
+                                .await?
+                        }
+                    };
+                    let mut keys = Vec::with_capacity(rows.len());
+                    for row in rows {
+                        keys.push(row.try_get::<_, String>(0)?);
+                    }
+                    Ok(keys)
+                })
+            })
+            .await?;
+        let more = keys.len() > limit;
+        keys.truncate(limit);
+        Ok((keys, more))
     }
 }
 

@@ -204,6 +204,15 @@ pub const KV_SCAN_FROM: &str = "SELECT key, size, CASE WHEN running <= $6 OR run
 SELECT key, value, length(value)::bigint AS size, sum(length(value)) OVER (ORDER BY key ROWS UNBOUNDED PRECEDING) AS running \
 FROM (SELECT key, value FROM alk.kv WHERE bucket = $1 AND key >= $2 AND (key > $2 OR $4) \
 AND (expires_at IS NULL OR expires_at > $3) ORDER BY key LIMIT $5) AS page) AS sized ORDER BY key";
+/// [`KV_SCAN_RANGE`] without the values: a key listing reads none. Bucket
+/// `$1`, from `$2` (included when `$5`) to before `$3`, now `$4`, at most
+/// `$6` rows.
+pub const KV_KEYS_RANGE: &str = "SELECT key FROM alk.kv WHERE bucket = $1 AND key >= $2 AND (key > $2 OR $5) AND key < $3 \
+AND (expires_at IS NULL OR expires_at > $4) ORDER BY key LIMIT $6";
+/// [`KV_KEYS_RANGE`] without an upper end: now `$3`, `$2` included `$4`,
+/// at most `$5`.
+pub const KV_KEYS_FROM: &str = "SELECT key FROM alk.kv WHERE bucket = $1 AND key >= $2 AND (key > $2 OR $4) \
+AND (expires_at IS NULL OR expires_at > $3) ORDER BY key LIMIT $5";
 /// Compare-and-swap by value: returns a row when key `$2` held `$5` and was
 /// live at `$6`, and now holds `$3` with expiry `$4`.
 pub const KV_SWAP: &str = "UPDATE alk.kv SET value = $3, expires_at = $4 \
@@ -479,6 +488,8 @@ pub const STATEMENTS: &[(&str, &str)] = &[
     ("KV_DELETE", KV_DELETE),
     ("KV_SCAN_RANGE", KV_SCAN_RANGE),
     ("KV_SCAN_FROM", KV_SCAN_FROM),
+    ("KV_KEYS_RANGE", KV_KEYS_RANGE),
+    ("KV_KEYS_FROM", KV_KEYS_FROM),
     ("KV_SWAP", KV_SWAP),
     ("KV_DELETE_MANY", KV_DELETE_MANY),
     ("Q_SEND", Q_SEND),

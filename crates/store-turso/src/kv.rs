@@ -126,6 +126,10 @@ pub const DELETE: &str = "DELETE FROM kv WHERE key = ?1";
 pub const SCAN: &str = "SELECT key, value, expires_at FROM kv WHERE key >= ?1 ORDER BY key";
 /// The next page of a prefix scan: rows after the last key returned.
 pub const SCAN_AFTER: &str = "SELECT key, value, expires_at FROM kv WHERE key > ?1 ORDER BY key";
+/// [`SCAN`] without the values: a key listing reads no value.
+pub const SCAN_KEYS: &str = "SELECT key, expires_at FROM kv WHERE key >= ?1 ORDER BY key";
+/// [`SCAN_AFTER`] without the values.
+pub const SCAN_KEYS_AFTER: &str = "SELECT key, expires_at FROM kv WHERE key > ?1 ORDER BY key";
 /// Compare-and-swap by value: wins (changed rows = 1) when the key holds
 /// `?4` and is live at `?5`.
 pub const SWAP: &str = "UPDATE kv SET value = ?2, expires_at = ?3 \
@@ -635,6 +639,49 @@ impl KvEngine for KvStore {
             })
             .await
     }
+
+    async fn scan_keys(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+        now: i64,
+    ) -> AlkResult<(Vec<String>, bool)> {
+        let store = &self.store;
+        store
+            .run(|conn: Connection| {
+                Box::pin(async move {
+                    let mut rows = match after {
+                        Some(after) => query(&conn, SCAN_KEYS_AFTER, (after,)).await?,
+                        None => query(&conn, SCAN_KEYS, (prefix,)).await?,
+                    };
+                    let mut keys: Vec<String> = Vec::new();
+                    let mut more = false;
+                    while let Some(row) = rows.next().await? {
+                        let key = match row.get_value(0)? {
+                            Value::Text(k) => k,
+                            other => return Err(corrupt(store, "?", "key", &other)),
+                        };
+                        // As in `scan_prefix`: the first key without the
+                        // prefix ends the prefix's keys.
+                        if !key.starts_with(prefix) {
+                            break;
+                        }
+                        if expired(expiry_of(store, &key, row.get_value(1)?)?, now) {
+                            continue;
+                        }
+                        if keys.len() == limit {
+                            more = true;
+                            break;
+                        }
+                        keys.push(key);
+                    }
+                    drop(rows);
+                    Ok((keys, more))
+                })
+            })
+            .await
+    }
 }
 
 /// The conditional upsert that wins on an absent or expired key.
@@ -681,6 +728,8 @@ mod tests {
                 ("DELETE", DELETE),
                 ("SCAN", SCAN),
                 ("SCAN_AFTER", SCAN_AFTER),
+                ("SCAN_KEYS", SCAN_KEYS),
+                ("SCAN_KEYS_AFTER", SCAN_KEYS_AFTER),
                 ("SWAP", SWAP),
             ],
         );

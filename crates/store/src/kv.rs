@@ -19,6 +19,16 @@ pub struct ScanPage {
     pub next_cursor: Option<String>,
 }
 
+/// One page of [`Bucket::scan_keys`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeysPage {
+    /// Live keys, in byte order of the UTF-8 key.
+    pub keys: Vec<String>,
+    /// The cursor of the next page, if there is one: the same cursors as
+    /// [`Bucket::scan_prefix`] hands out.
+    pub next_cursor: Option<String>,
+}
+
 /// What an engine does for one bucket. Arguments are checked by [`Bucket`];
 /// times are epoch milliseconds. A key is live when it has no expiry or its
 /// expiry is after `now` (`expires_at == now` is expired).
@@ -76,6 +86,16 @@ pub trait KvEngine: Send + Sync {
         now: i64,
         max_bytes: usize,
     ) -> AlkResult<(Vec<(String, Vec<u8>)>, bool)>;
+
+    /// [`KvEngine::scan_prefix`] without the values: the live keys, at
+    /// most `limit`, and whether more follow. No value is read.
+    async fn scan_keys(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+        now: i64,
+    ) -> AlkResult<(Vec<String>, bool)>;
 
     /// The live value of `key` and what a later [`KvEngine::swap`] expects
     /// to find: its version where the store keeps one, else the value. An
@@ -430,6 +450,51 @@ impl Bucket {
         limit: u32,
         now: i64,
     ) -> AlkResult<ScanPage> {
+        let (after, limit) = self.check_scan(prefix, cursor, limit)?;
+        let (entries, more) = self
+            .engine
+            .scan_prefix(prefix, after.as_deref(), limit, now, MAX_READ_BYTES)
+            .await?;
+        let next_cursor = more
+            .then(|| entries.last().map(|(k, _)| cursor_after(prefix, k)))
+            .flatten();
+        Ok(ScanPage {
+            entries,
+            next_cursor,
+        })
+    }
+
+    /// The live keys starting with `prefix`, in byte order, without their
+    /// values: [`Bucket::scan_prefix`]'s pages and cursors (the two take
+    /// each other's cursors), except that a page ends only at `limit`
+    /// (keys are small: at most 1,000 of at most 1 KiB), however large the
+    /// values are.
+    pub async fn scan_keys(
+        &self,
+        prefix: &str,
+        cursor: Option<&str>,
+        limit: u32,
+        now: i64,
+    ) -> AlkResult<KeysPage> {
+        let (after, limit) = self.check_scan(prefix, cursor, limit)?;
+        let (keys, more) = self
+            .engine
+            .scan_keys(prefix, after.as_deref(), limit, now)
+            .await?;
+        let next_cursor = more
+            .then(|| keys.last().map(|k| cursor_after(prefix, k)))
+            .flatten();
+        Ok(KeysPage { keys, next_cursor })
+    }
+
+    /// Checks a scan's prefix and cursor: the key the page starts after,
+    /// and the clamped limit.
+    fn check_scan(
+        &self,
+        prefix: &str,
+        cursor: Option<&str>,
+        limit: u32,
+    ) -> AlkResult<(Option<String>, usize)> {
         if prefix.len() > self.limits.max_key_bytes {
             return Err(AlkError::PayloadTooLarge {
                 what: "prefix",
@@ -445,17 +510,6 @@ impl Bucket {
             ));
         }
         let after = cursor.map(|c| cursor_key(c, prefix)).transpose()?;
-        let limit = limit.clamp(1, MAX_SCAN_LIMIT) as usize;
-        let (entries, more) = self
-            .engine
-            .scan_prefix(prefix, after.as_deref(), limit, now, MAX_READ_BYTES)
-            .await?;
-        let next_cursor = more
-            .then(|| entries.last().map(|(k, _)| cursor_after(prefix, k)))
-            .flatten();
-        Ok(ScanPage {
-            entries,
-            next_cursor,
-        })
+        Ok((after, limit.clamp(1, MAX_SCAN_LIMIT) as usize))
     }
 }

@@ -217,6 +217,27 @@ impl KvEngine for MemBucket {
         Ok(page(live_matches, |(_, v)| v.len(), limit, max_bytes))
     }
 
+    async fn scan_keys(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+        now: i64,
+    ) -> AlkResult<(Vec<String>, bool)> {
+        use std::ops::Bound;
+        let map = lock(&self.0);
+        let start = match after {
+            Some(k) => Bound::Excluded(k.to_string()),
+            None => Bound::Included(prefix.to_string()),
+        };
+        let live_keys = map
+            .range((start, Bound::Unbounded))
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .filter(|(_, (_, at))| live(*at, now))
+            .map(|(k, _)| k.clone());
+        Ok(page(live_keys, |_| 0, limit, usize::MAX))
+    }
+
     async fn read_for_swap(&self, key: &str, now: i64) -> AlkResult<Option<(Vec<u8>, Expected)>> {
         // Values are compared, as in a store without versions.
         Ok(self

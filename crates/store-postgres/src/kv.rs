@@ -52,6 +52,21 @@ impl PgBucket {
     }
 }
 
+/// Where a page of a prefix scan starts (the key, and whether it is
+/// included), where the prefix's range ends, and how many rows to fetch:
+/// one more than asked, which tells whether there is more.
+fn page_bounds<'a>(
+    prefix: &'a str,
+    after: Option<&'a str>,
+    limit: usize,
+) -> (&'a str, bool, Option<String>, i64) {
+    let (start, inclusive) = match after {
+        Some(after) => (after, false),
+        None => (prefix, true),
+    };
+    (start, inclusive, prefix_end(prefix), limit as i64 + 1)
+}
+
 fn live(expires_at: Option<i64>, now: i64) -> bool {
     !matches!(expires_at, Some(at) if at <= now)
 }
@@ -311,13 +326,7 @@ impl KvEngine for PgBucket {
         max_bytes: usize,
     ) -> AlkResult<(Vec<(String, Vec<u8>)>, bool)> {
         let now = self.inner.clock.to_db(now);
-        let end = prefix_end(prefix);
-        let (start, inclusive) = match after {
-            Some(after) => (after, false),
-            None => (prefix, true),
-        };
-        // One row more than asked tells whether there is more.
-        let fetch = limit as i64 + 1;
+        let (start, inclusive, end, fetch) = page_bounds(prefix, after, limit);
         let bucket = &self.name;
         let (scan_range, scan_from, end) = (&self.scan_range, &self.scan_from, &end);
         let cap = i64::try_from(max_bytes).unwrap_or(i64::MAX);
@@ -375,13 +384,7 @@ impl KvEngine for PgBucket {
         now: i64,
     ) -> AlkResult<(Vec<String>, bool)> {
         let now = self.inner.clock.to_db(now);
-        let end = prefix_end(prefix);
-        let (start, inclusive) = match after {
-            Some(after) => (after, false),
-            None => (prefix, true),
-        };
-        // One row more than asked tells whether there is more.
-        let fetch = limit as i64 + 1;
+        let (start, inclusive, end, fetch) = page_bounds(prefix, after, limit);
         let bucket = &self.name;
         let (keys_range, keys_from, end) = (&self.keys_range, &self.keys_from, &end);
         let mut keys: Vec<String> = self

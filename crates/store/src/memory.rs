@@ -118,6 +118,24 @@ type Entry = (Vec<u8>, Option<i64>);
 #[derive(Default)]
 struct MemBucket(Mutex<BTreeMap<String, Entry>>);
 
+/// The live entries of `map` whose key starts with `prefix`, in key order,
+/// from the prefix on or right after `after`.
+fn live_from<'a>(
+    map: &'a BTreeMap<String, Entry>,
+    prefix: &'a str,
+    after: Option<&str>,
+    now: i64,
+) -> impl Iterator<Item = (&'a String, &'a Entry)> {
+    use std::ops::Bound;
+    let start = match after {
+        Some(k) => Bound::Excluded(k.to_string()),
+        None => Bound::Included(prefix.to_string()),
+    };
+    map.range((start, Bound::Unbounded))
+        .take_while(move |(k, _)| k.starts_with(prefix))
+        .filter(move |(_, (_, at))| live(*at, now))
+}
+
 #[async_trait]
 impl KvEngine for MemBucket {
     async fn get(&self, key: &str, now: i64) -> AlkResult<Option<Vec<u8>>> {
@@ -203,17 +221,9 @@ impl KvEngine for MemBucket {
         now: i64,
         max_bytes: usize,
     ) -> AlkResult<(Vec<(String, Vec<u8>)>, bool)> {
-        use std::ops::Bound;
         let map = lock(&self.0);
-        let start = match after {
-            Some(k) => Bound::Excluded(k.to_string()),
-            None => Bound::Included(prefix.to_string()),
-        };
-        let live_matches = map
-            .range((start, Bound::Unbounded))
-            .take_while(|(k, _)| k.starts_with(prefix))
-            .filter(|(_, (_, at))| live(*at, now))
-            .map(|(k, (v, _))| (k.clone(), v.clone()));
+        let live_matches =
+            live_from(&map, prefix, after, now).map(|(k, (v, _))| (k.clone(), v.clone()));
         Ok(page(live_matches, |(_, v)| v.len(), limit, max_bytes))
     }
 
@@ -224,17 +234,8 @@ impl KvEngine for MemBucket {
         limit: usize,
         now: i64,
     ) -> AlkResult<(Vec<String>, bool)> {
-        use std::ops::Bound;
         let map = lock(&self.0);
-        let start = match after {
-            Some(k) => Bound::Excluded(k.to_string()),
-            None => Bound::Included(prefix.to_string()),
-        };
-        let live_keys = map
-            .range((start, Bound::Unbounded))
-            .take_while(|(k, _)| k.starts_with(prefix))
-            .filter(|(_, (_, at))| live(*at, now))
-            .map(|(k, _)| k.clone());
+        let live_keys = live_from(&map, prefix, after, now).map(|(k, _)| k.clone());
         Ok(page(live_keys, |_| 0, limit, usize::MAX))
     }
 

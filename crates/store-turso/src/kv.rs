@@ -921,6 +921,48 @@ mod tests {
         }
     }
 
+    /// A v2 file whose `kv` table is missing (another program stopped after
+    /// writing the marker) gets it back exactly as a new file has it (the
+    /// engine records the text of a table it creates in a normal form,
+    /// without the DDL's comments, whether it creates or repairs).
+    #[tokio::test]
+    async fn a_repaired_table_has_the_schema_text_of_a_new_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let sql_of = |store: Store| async move {
+            let store = &store;
+            store
+                .run(|conn: Connection| {
+                    Box::pin(async move {
+                        let mut rows =
+                            query(&conn, "SELECT sql FROM sqlite_schema WHERE name = 'kv'", ())
+                                .await?;
+                        let mut sql = None;
+                        while let Some(row) = rows.next().await? {
+                            sql = text_or_null(&row, 0)?;
+                        }
+                        Ok(sql)
+                    })
+                })
+                .await
+                .unwrap()
+        };
+        let fresh = KvStore::open(dir.path(), "fresh", v2_options()).await.unwrap();
+        let want = sql_of(fresh.store.clone()).await.expect("a kv table");
+        assert!(want.contains("version TEXT NOT NULL"), "{want}");
+        let damaged = KvStore::open(dir.path(), "damaged", v2_options()).await.unwrap();
+        crate::write_sql(&damaged.store, "DROP TABLE kv").await;
+        assert_eq!(sql_of(damaged.store.clone()).await, None);
+        damaged.store.close_for_test();
+        drop(damaged);
+        let repaired = KvStore::open(dir.path(), "damaged", StoreOptions::default())
+            .await
+            .unwrap();
+        assert!(repaired.is_v2().await.unwrap());
+        assert_eq!(sql_of(repaired.store.clone()).await.as_deref(), Some(&*want));
+        repaired.set("k", b"v", None).await.unwrap();
+        assert_eq!(repaired.get("k", 0).await.unwrap().as_deref(), Some(&b"v"[..]));
+    }
+
     /// Values another program stored as TEXT, and versions of another
     /// type, still take part in compare-and-swap (increments included).
     #[tokio::test]

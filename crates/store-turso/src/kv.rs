@@ -758,6 +758,24 @@ mod tests {
         assert!(MIGRATE.contains(spec));
     }
 
+    /// The text the file records for its `kv` table, if it has one.
+    async fn kv_table_sql(store: &Store) -> Option<String> {
+        store
+            .run(|conn: Connection| {
+                Box::pin(async move {
+                    let mut rows =
+                        query(&conn, "SELECT sql FROM sqlite_schema WHERE name = 'kv'", ()).await?;
+                    let mut sql = None;
+                    while let Some(row) = rows.next().await? {
+                        sql = text_or_null(&row, 0)?;
+                    }
+                    Ok(sql)
+                })
+            })
+            .await
+            .unwrap()
+    }
+
     fn v2_options() -> StoreOptions {
         StoreOptions {
             new_kv: NewKv::V2,
@@ -858,30 +876,12 @@ mod tests {
         let (_, e) = kv.read_for_swap("k01", 0).await.unwrap().unwrap();
         assert!(matches!(e, Expected::Version(v) if v.len() == 32));
         // The table is the one a new v2 file has, as the engine records it.
-        let schema = |store: Store| async move {
-            let store = &store;
-            store
-                .run(|conn: Connection| {
-                    Box::pin(async move {
-                        let mut rows =
-                            query(&conn, "SELECT sql FROM sqlite_schema WHERE name = 'kv'", ())
-                                .await?;
-                        let mut sql = None;
-                        while let Some(row) = rows.next().await? {
-                            sql = text_or_null(&row, 0)?;
-                        }
-                        Ok(sql.unwrap_or_default())
-                    })
-                })
-                .await
-                .unwrap()
-        };
         let fresh = KvStore::open(dir.path(), "fresh", v2_options())
             .await
             .unwrap();
         assert_eq!(
-            schema(kv.store.clone()).await,
-            schema(fresh.store.clone()).await
+            kv_table_sql(&kv.store).await,
+            kv_table_sql(&fresh.store).await
         );
     }
 
@@ -928,39 +928,28 @@ mod tests {
     #[tokio::test]
     async fn a_repaired_table_has_the_schema_text_of_a_new_one() {
         let dir = tempfile::tempdir().unwrap();
-        let sql_of = |store: Store| async move {
-            let store = &store;
-            store
-                .run(|conn: Connection| {
-                    Box::pin(async move {
-                        let mut rows =
-                            query(&conn, "SELECT sql FROM sqlite_schema WHERE name = 'kv'", ())
-                                .await?;
-                        let mut sql = None;
-                        while let Some(row) = rows.next().await? {
-                            sql = text_or_null(&row, 0)?;
-                        }
-                        Ok(sql)
-                    })
-                })
-                .await
-                .unwrap()
-        };
-        let fresh = KvStore::open(dir.path(), "fresh", v2_options()).await.unwrap();
-        let want = sql_of(fresh.store.clone()).await.expect("a kv table");
+        let fresh = KvStore::open(dir.path(), "fresh", v2_options())
+            .await
+            .unwrap();
+        let want = kv_table_sql(&fresh.store).await.expect("a kv table");
         assert!(want.contains("version TEXT NOT NULL"), "{want}");
-        let damaged = KvStore::open(dir.path(), "damaged", v2_options()).await.unwrap();
+        let damaged = KvStore::open(dir.path(), "damaged", v2_options())
+            .await
+            .unwrap();
         crate::write_sql(&damaged.store, "DROP TABLE kv").await;
-        assert_eq!(sql_of(damaged.store.clone()).await, None);
+        assert_eq!(kv_table_sql(&damaged.store).await, None);
         damaged.store.close_for_test();
         drop(damaged);
         let repaired = KvStore::open(dir.path(), "damaged", StoreOptions::default())
             .await
             .unwrap();
         assert!(repaired.is_v2().await.unwrap());
-        assert_eq!(sql_of(repaired.store.clone()).await.as_deref(), Some(&*want));
+        assert_eq!(kv_table_sql(&repaired.store).await.as_deref(), Some(&*want));
         repaired.set("k", b"v", None).await.unwrap();
-        assert_eq!(repaired.get("k", 0).await.unwrap().as_deref(), Some(&b"v"[..]));
+        assert_eq!(
+            repaired.get("k", 0).await.unwrap().as_deref(),
+            Some(&b"v"[..])
+        );
     }
 
     /// Values another program stored as TEXT, and versions of another

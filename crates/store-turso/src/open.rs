@@ -820,7 +820,11 @@ impl Store {
     /// handles of one store (a migration in another process after this
     /// process closed an idle database).
     pub(crate) fn format_of(&self, handle: &Handle) -> &'static Format {
-        handle.format.get().copied().unwrap_or_else(|| self.format())
+        handle
+            .format
+            .get()
+            .copied()
+            .unwrap_or_else(|| self.format())
     }
 
     /// Reads the file's marker without the engine (see [`super::inspect`])

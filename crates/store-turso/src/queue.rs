@@ -1156,23 +1156,24 @@ impl QueueEngine for QueueStore {
         let one = payloads.len() == 1 && stamp.group.is_none();
         // The statements follow the file as the database running them
         // opened it: a v1 file migrated meanwhile gets v2 rows.
-        let op = |conn: Connection, format: &'static Format| -> crate::retry::OpFuture<'_, Vec<i64>> {
-            let v2 = is_v2(format);
-            Box::pin(async move {
-                let mut ids = Vec::with_capacity(payloads.len());
-                for (i, p) in payloads.iter().enumerate() {
-                    if v2 {
-                        // The group joins once per send.
-                        ids.push(send_v2_on(&conn, p, stamp, now, i == 0).await?);
-                    } else {
-                        let (kind, data) = p.parts();
-                        exec(&conn, SEND, (kind, data, now)).await?;
-                        ids.push(conn.last_insert_rowid());
+        let op =
+            |conn: Connection, format: &'static Format| -> crate::retry::OpFuture<'_, Vec<i64>> {
+                let v2 = is_v2(format);
+                Box::pin(async move {
+                    let mut ids = Vec::with_capacity(payloads.len());
+                    for (i, p) in payloads.iter().enumerate() {
+                        if v2 {
+                            // The group joins once per send.
+                            ids.push(send_v2_on(&conn, p, stamp, now, i == 0).await?);
+                        } else {
+                            let (kind, data) = p.parts();
+                            exec(&conn, SEND, (kind, data, now)).await?;
+                            ids.push(conn.last_insert_rowid());
+                        }
                     }
-                }
-                Ok(ids)
-            })
-        };
+                    Ok(ids)
+                })
+            };
         if one {
             self.store.run_write_in(op).await
         } else {

@@ -211,7 +211,10 @@ pub async fn kv_reads_of_many_large_values_come_in_pages(engine: &dyn Engine) {
     // A key listing reads no value: one page holds every key, and its
     // cursors are the scan's.
     let listed = kv.scan_keys("k", None, 1000, 10).await.unwrap();
-    assert_eq!(listed.keys, keys, "expired keys are skipped, values not read");
+    assert_eq!(
+        listed.keys, keys,
+        "expired keys are skipped, values not read"
+    );
     assert_eq!(listed.next_cursor, None);
     let first = kv.scan_keys("", None, 25, 10).await.unwrap();
     assert_eq!(first.keys, keys[..25]);
@@ -220,7 +223,10 @@ pub async fn kv_reads_of_many_large_values_come_in_pages(engine: &dyn Engine) {
     assert_eq!(rest.keys, keys[25..]);
     assert_eq!(rest.next_cursor, None);
     let scanned = kv.scan_prefix("", Some(&cursor), 1, 10).await.unwrap();
-    assert_eq!(scanned.entries[0].0, keys[25], "scan cursors and listing cursors are one");
+    assert_eq!(
+        scanned.entries[0].0, keys[25],
+        "scan cursors and listing cursors are one"
+    );
     assert!(matches!(
         kv.scan_keys("k", Some(&cursor), 10, 10).await,
         Err(AlkError::InvalidArgument(_))

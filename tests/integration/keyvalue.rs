@@ -265,3 +265,30 @@ on_every_engine! {
         paging_across_processes_sees_every_stable_key_once_on_files,
         paging_across_processes_sees_every_stable_key_once_on_postgres;
 }
+
+/// An embedder's default bucket that is no valid or allowed bucket name:
+/// `open("")` fails with a text that blames the host's setting, other
+/// stores still open, and nothing is created for the bad name.
+#[test]
+fn a_misconfigured_default_bucket_is_reported_as_the_hosts_setting() {
+    for (bad, case) in [("a/b", "invalid-name"), ("__alkstore_x", "reserved-name")] {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = || {
+            alk_host::AlkCtx::builder()
+                .data_dir(dir.path())
+                .keyvalue_default_bucket(bad)
+                .build()
+        };
+        let out = run_lib("keyvalue-draft", ctx(), &["open", ""]);
+        let said = text(&out.stdout);
+        assert_eq!(out.exit_code(), 0, "{said}{}", text(&out.stderr));
+        assert!(
+            said.starts_with(&format!("error: Error::Other(\"{case}: "))
+                && said.contains("--keyvalue-bucket"),
+            "{bad}: {said}"
+        );
+        let out = run_lib("keyvalue-draft", ctx(), &["open", "fine"]);
+        assert_eq!(text(&out.stdout).trim(), "opened", "{bad}");
+        assert!(!dir.path().join("kv/a").exists());
+    }
+}

@@ -7,12 +7,15 @@
 //! - `exists <bucket> <key>` prints `true` or `false`
 //! - `delete <bucket> <key>` prints `ok`
 //! - `scan <bucket> <prefix>` prints `key=value` lines
+//! - `fill <bucket> <count> <value-bytes> <batch>` writes keys `k-000000`…
+//!   with values of `value-bytes` bytes, `batch` keys per `set-many` (one
+//!   transaction each), then prints `filled <count>`
 //! - `getenv <name>` prints the variable or `(unset)`
 //! - `read <path>` prints the file's contents
 //!
 //! An alk error is printed as `error: <variant>: <detail>` with exit status 1.
 
-use alk_guest::kv::Bucket;
+use alk_guest::kv::{Bucket, Entry};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -56,6 +59,24 @@ fn main() {
                 }
             }
         }),
+        ["fill", bucket, count, bytes, batch] => Bucket::open(bucket).and_then(|b| {
+            let count: usize = count.parse().expect("count is a number");
+            let bytes: usize = bytes.parse().expect("value-bytes is a number");
+            let batch: usize = batch.parse().expect("batch is a number");
+            let value = vec![b'v'; bytes];
+            let keys: Vec<usize> = (0..count).collect();
+            for chunk in keys.chunks(batch.max(1)) {
+                let entries: Vec<Entry> = chunk
+                    .iter()
+                    .map(|i| Entry {
+                        key: format!("k-{i:06}"),
+                        value: value.clone(),
+                    })
+                    .collect();
+                b.set_many(&entries, None)?;
+            }
+            Ok(format!("filled {count}"))
+        }),
         ["getenv", name] => Ok(std::env::var(name).unwrap_or_else(|_| "(unset)".into())),
         ["read", path] => match std::fs::read_to_string(path) {
             Ok(s) => Ok(s),
@@ -65,7 +86,9 @@ fn main() {
             }
         },
         _ => {
-            eprintln!("usage: kv-tool <get|set|set-if-absent|exists|delete|scan|getenv|read> …");
+            eprintln!(
+                "usage: kv-tool <get|set|set-if-absent|exists|delete|scan|fill|getenv|read> …"
+            );
             std::process::exit(2);
         }
     };

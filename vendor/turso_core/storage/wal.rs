@@ -2201,6 +2201,14 @@ impl WalCoordination for ShmWalCoordination {
             self.authority.release_writer(self.owner);
             return false;
         }
+        // A writer that died after appending frames (a spilled large
+        // transaction) but before publishing its commit leaves shared frame
+        // index entries past the published max_frame. With the writer lock
+        // held nobody else appends, so every such entry belongs to no live
+        // transaction: drop them before this writer appends its own frames
+        // (which start at max_frame + 1 and must stay monotonic).
+        self.authority
+            .rollback_frames(self.authority.snapshot().max_frame);
         true
     }
 

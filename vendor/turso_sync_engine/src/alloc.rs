@@ -1,0 +1,1 @@
+pub use turso_core::alloc::*;

@@ -1,0 +1,3 @@
+mod fresh_bootstrap;
+mod harness;
+mod schema_changes;

@@ -17,6 +17,7 @@
 //! trip, at least [`SKEW_DEAD_BAND_MS`]) is not corrected: hosts whose
 //! clocks agree keep judging by their own clocks exactly.
 
+use std::ops::Deref;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
@@ -299,6 +300,146 @@ fn host_now() -> i64 {
 pub(crate) enum Fail {
     Pg(tokio_postgres::Error),
     Alk(AlkError),
+    /// A `COMMIT` whose outcome cannot be known: the connection broke (or
+    /// the server ended the session) before it answered.
+    CommitUnknown(tokio_postgres::Error),
+}
+
+/// Whether `e`, the failure of a `COMMIT`, leaves its outcome unknown: the
+/// server did not answer with an error of the statement (which rolls the
+/// transaction back), but the connection broke or the session was ended
+/// (`FATAL`), possibly after the commit was made durable.
+pub(crate) fn commit_outcome_unknown(e: &tokio_postgres::Error) -> bool {
+    match e.as_db_error() {
+        Some(db) => !matches!(db.severity(), "ERROR"),
+        None => true,
+    }
+}
+
+/// The text of a `COMMIT` whose outcome is unknown.
+pub(crate) fn unknown_commit_text(target: &str, e: &tokio_postgres::Error) -> String {
+    format!(
+        "postgres at {target}: the connection failed during COMMIT ({}); whether the transaction committed is unknown: read back what it wrote before doing it again",
+        describe_pg(e)
+    )
+}
+
+/// A pooled connection that goes back to the pool only while its session
+/// is known to be outside any transaction block.
+///
+/// A transaction begun on it ([`Conn::transaction`], [`Conn::begin`])
+/// keeps it *open* until a `COMMIT` or `ROLLBACK` was awaited and the
+/// server answered it without an error. Dropped while open — after a
+/// failed statement, a failed or cancelled `COMMIT`/`ROLLBACK`, a dropped
+/// future, a panic — the connection is closed instead (the server then
+/// rolls back): its session may be in an aborted transaction, and every
+/// later statement on it would fail with SQLSTATE 25P02. This costs
+/// nothing on success (no statement on recycling); a failed transaction
+/// costs a new connection. Statements outside a transaction need no care:
+/// each ends its own implicit transaction on the server, whatever happens.
+pub(crate) struct Conn {
+    object: Option<Object>,
+    open: bool,
+}
+
+impl Conn {
+    fn new(object: Object) -> Conn {
+        Conn {
+            object: Some(object),
+            open: false,
+        }
+    }
+
+    /// Begins a transaction (`START TRANSACTION`), which ends with
+    /// [`Tx::commit`] or [`Tx::rollback`]; dropped before, it closes this
+    /// connection.
+    pub(crate) async fn transaction(&mut self) -> Result<Tx<'_>, tokio_postgres::Error> {
+        let Conn { object, open } = self;
+        *open = true;
+        let txn = object
+            .as_mut()
+            .expect("a connection is held until dropped")
+            .transaction()
+            .await?;
+        Ok(Tx { txn, open })
+    }
+
+    /// `BEGIN` on the connection itself, for a transaction that spans
+    /// calls; it ends with [`Conn::end`].
+    pub(crate) async fn begin(&mut self) -> Result<(), tokio_postgres::Error> {
+        self.open = true;
+        self.batch_execute("BEGIN").await
+    }
+
+    /// Ends the transaction of [`Conn::begin`] with `how` (`COMMIT` or
+    /// `ROLLBACK`); the connection is clean again only when the server
+    /// answered without an error.
+    pub(crate) async fn end(&mut self, how: &str) -> Result<(), tokio_postgres::Error> {
+        self.batch_execute(how).await?;
+        self.open = false;
+        Ok(())
+    }
+}
+
+impl Deref for Conn {
+    type Target = Object;
+
+    fn deref(&self) -> &Object {
+        self.object
+            .as_ref()
+            .expect("a connection is held until dropped")
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        if let Some(object) = self.object.take()
+            && self.open
+        {
+            // Out of the pool for good; dropping it closes the connection.
+            drop(Object::take(object));
+        }
+    }
+}
+
+/// A transaction on a [`Conn`]; statements run on it through `Deref`
+/// (`&*tx` where a [`deadpool_postgres::GenericClient`] is expected).
+pub(crate) struct Tx<'a> {
+    txn: deadpool_postgres::Transaction<'a>,
+    open: &'a mut bool,
+}
+
+impl<'a> Tx<'a> {
+    /// `COMMIT`. A server's error (a cancelled `COMMIT` among them) means
+    /// nothing was committed; a broken connection means the outcome is
+    /// unknown ([`Fail::CommitUnknown`]).
+    pub(crate) async fn commit(self) -> Result<(), Fail> {
+        let Tx { txn, open } = self;
+        match txn.commit().await {
+            Ok(()) => {
+                *open = false;
+                Ok(())
+            }
+            Err(e) if commit_outcome_unknown(&e) => Err(Fail::CommitUnknown(e)),
+            Err(e) => Err(Fail::Pg(e)),
+        }
+    }
+
+    /// `ROLLBACK`.
+    pub(crate) async fn rollback(self) -> Result<(), Fail> {
+        let Tx { txn, open } = self;
+        txn.rollback().await?;
+        *open = false;
+        Ok(())
+    }
+}
+
+impl<'a> Deref for Tx<'a> {
+    type Target = deadpool_postgres::Transaction<'a>;
+
+    fn deref(&self) -> &deadpool_postgres::Transaction<'a> {
+        &self.txn
+    }
 }
 
 impl From<tokio_postgres::Error> for Fail {
@@ -324,9 +465,9 @@ const RETRIES: u32 = 5;
 
 impl Inner {
     /// A pooled connection, or `busy` saying why there is none.
-    pub(crate) async fn conn(&self) -> AlkResult<Object> {
+    pub(crate) async fn conn(&self) -> AlkResult<Conn> {
         use deadpool_postgres::PoolError;
-        self.pool.get().await.map_err(|e| match e {
+        self.pool.get().await.map(Conn::new).map_err(|e| match e {
             PoolError::Backend(e) => AlkError::Busy(format!(
                 "cannot reach postgres at {}: {}",
                 self.target,
@@ -341,11 +482,16 @@ impl Inner {
     }
 
     /// The error a guest sees for `e`: `busy` for what passes (lost
-    /// connection, server shutting down, contention, full disk), `internal`
-    /// for the rest.
+    /// connection, server shutting down, contention, full disk, a statement
+    /// cancelled by `statement_timeout` or an operator — also inside a
+    /// transaction, whose later statements then fail with 25P02, or at its
+    /// `COMMIT`, which then did not commit),
+    /// `internal` for the rest, and for a `COMMIT` whose outcome is unknown
+    /// (its text says so).
     pub(crate) fn error(&self, e: Fail) -> AlkError {
         match e {
             Fail::Alk(e) => e,
+            Fail::CommitUnknown(e) => AlkError::Internal(unknown_commit_text(&self.target, &e)),
             Fail::Pg(e) => {
                 let transient = match e.code() {
                     Some(code) => {
@@ -354,6 +500,13 @@ impl Inner {
                             || c.starts_with("53")
                             || c.starts_with("57P")
                             || matches!(c, "40001" | "40P01" | "55P03" | "57014")
+                            // An earlier failure aborted this transaction
+                            // (a connection is never handed out in one):
+                            // a cancellation the client did not hear of,
+                            // reported at the `Sync` of a statement's
+                            // preparation, which tokio-postgres does not
+                            // read. Nothing was applied.
+                            || c == "25P02"
                     }
                     None => {
                         e.is_closed()
@@ -362,7 +515,14 @@ impl Inner {
                     }
                 };
                 let text = format!("postgres at {}: {}", self.target, describe_pg(&e));
-                if transient {
+                // The connection broke before the server answered: a
+                // statement that writes may have committed on the server.
+                let lost = e.code().is_none_or(|c| c.code().starts_with("08"));
+                if transient && lost {
+                    AlkError::Busy(format!(
+                        "{text}; the connection was lost before the server answered, so the outcome of a write in flight is unknown (it may have been applied: read before retrying it)"
+                    ))
+                } else if transient {
                     AlkError::Busy(format!("{text}; retry"))
                 } else {
                     AlkError::Internal(text)
@@ -372,17 +532,19 @@ impl Inner {
     }
 
     /// Runs `op` on a pooled connection (the future owns it and gives it
-    /// back to the pool when done); again, a few times, when the server
-    /// rolled it back for a deadlock or serialization failure.
+    /// back to the pool when done, or closes it when a transaction on it
+    /// did not end cleanly: see [`Conn`]); again, a few times, when the
+    /// server rolled it back for a deadlock or serialization failure.
     pub(crate) async fn run<'a, T, F>(&self, mut op: F) -> AlkResult<T>
     where
-        F: FnMut(Object) -> futures::future::BoxFuture<'a, Result<T, Fail>>,
+        F: FnMut(Conn) -> futures::future::BoxFuture<'a, Result<T, Fail>>,
     {
         let mut tries = 0;
         loop {
             let conn = self.conn().await?;
             // A panic inside the client (or a statement's decoding) fails
-            // this call, not the host; the connection it held is dropped.
+            // this call, not the host; the connection it held is dropped
+            // (closed, when a transaction was open on it).
             let outcome = std::panic::AssertUnwindSafe(op(conn))
                 .catch_unwind()
                 .await
@@ -517,7 +679,7 @@ impl PostgresEngine {
 /// with other starting engines; refuses (and changes nothing in) a schema
 /// that holds anything but alk's tables, or alk's tables of a newer
 /// version.
-async fn migrate(inner: &Inner, conn: &mut Object, schema: &str) -> AlkResult<()> {
+async fn migrate(inner: &Inner, conn: &mut Conn, schema: &str) -> AlkResult<()> {
     let place =
         || std::path::PathBuf::from(format!("postgres://{}/ schema {schema}", inner.target));
     let refuse = |found: Option<String>, message: String| AlkError::StoreSetup {

@@ -350,7 +350,7 @@ impl PgQueue {
     /// one transaction holding the group's lock; whether it moved.
     async fn bury_current(
         &self,
-        c: &mut deadpool_postgres::Object,
+        c: &mut crate::Conn,
         id: i64,
         receipt: Uuid,
         group: Option<Vec<u8>>,
@@ -359,11 +359,11 @@ impl PgQueue {
     ) -> Result<bool, Fail> {
         let dead = [(id, error.to_string(), Some(receipt))];
         match group {
-            None => Ok(!self.bury(&*c, &dead, died_at).await?.is_empty()),
+            None => Ok(!self.bury(&**c, &dead, died_at).await?.is_empty()),
             Some(g) => {
                 let tx = c.transaction().await?;
-                self.lock_groups(&tx, std::slice::from_ref(&g)).await?;
-                let moved = !self.bury(&tx, &dead, died_at).await?.is_empty();
+                self.lock_groups(&*tx, std::slice::from_ref(&g)).await?;
+                let moved = !self.bury(&*tx, &dead, died_at).await?.is_empty();
                 tx.commit().await?;
                 Ok(moved)
             }
@@ -613,7 +613,7 @@ impl QueueEngine for PgQueue {
         let (queue, sql, clock) = (&self.name, &self.sql.send, &*self.inner.clock);
         self.inner
             .run(|c| {
-                Box::pin(async move { send_on(&c, sql, clock, queue, payloads, stamp, now).await })
+                Box::pin(async move { send_on(&*c, sql, clock, queue, payloads, stamp, now).await })
             })
             .await
     }
@@ -637,7 +637,7 @@ impl QueueEngine for PgQueue {
             .inner
             .run(|c| {
                 Box::pin(async move {
-                    self.claim_lane(&c, max, now, floor, visible_until, claim, true)
+                    self.claim_lane(&*c, max, now, floor, visible_until, claim, true)
                         .await
                 })
             })
@@ -663,12 +663,12 @@ impl QueueEngine for PgQueue {
                         .iter()
                         .map(|(id, e)| (*id, e.clone(), None))
                         .collect();
-                    self.bury(&tx, &unfit, now).await?;
+                    self.bury(&*tx, &unfit, now).await?;
                     // On after the first statement when it was refused for
                     // the groups, or when it buried some and has room left.
                     if first.grouped || got.len() < max {
                         self.rounds(
-                            &tx,
+                            &*tx,
                             max,
                             now,
                             floor,
@@ -679,7 +679,7 @@ impl QueueEngine for PgQueue {
                         )
                         .await?;
                     }
-                    self.serve(&tx, &served).await?;
+                    self.serve(&*tx, &served).await?;
                     tx.commit().await?;
                     Ok(got.split_off(out_ref.len()))
                 })
@@ -719,7 +719,7 @@ impl QueueEngine for PgQueue {
             .run(|c| {
                 Box::pin(async move {
                     let mut deleted: HashMap<i64, Uuid> = HashMap::new();
-                    for row in rows(&c, &sql.ack_batch, &[queue, ids, uuids, &false]).await? {
+                    for row in rows(&*c, &sql.ack_batch, &[queue, ids, uuids, &false]).await? {
                         deleted.insert(row.try_get(0)?, row.try_get(1)?);
                     }
                     let mut present = HashSet::new();
@@ -728,7 +728,7 @@ impl QueueEngine for PgQueue {
                     }
                     let mut groups: Vec<Vec<u8>> = Vec::new();
                     let mut grouped: HashSet<i64> = HashSet::new();
-                    for row in rows(&c, &sql.existing, &[queue, ids]).await? {
+                    for row in rows(&*c, &sql.existing, &[queue, ids]).await? {
                         let id: i64 = row.try_get(0)?;
                         present.insert(id);
                         if let Some(g) = row.try_get::<_, Option<Vec<u8>>>(1)? {
@@ -748,13 +748,13 @@ impl QueueEngine for PgQueue {
                         .unzip();
                     let mut c = c;
                     let tx = c.transaction().await?;
-                    self.lock_groups(&tx, &groups).await?;
-                    for row in rows(&tx, &sql.ack_batch, &[queue, &gids, &guuids, &true]).await? {
+                    self.lock_groups(&*tx, &groups).await?;
+                    for row in rows(&*tx, &sql.ack_batch, &[queue, &gids, &guuids, &true]).await? {
                         deleted.insert(row.try_get(0)?, row.try_get(1)?);
                     }
-                    self.drop_empty(&tx, &groups).await?;
+                    self.drop_empty(&*tx, &groups).await?;
                     present.clear();
-                    for row in rows(&tx, &sql.existing, &[queue, ids]).await? {
+                    for row in rows(&*tx, &sql.existing, &[queue, ids]).await? {
                         present.insert(row.try_get::<_, i64>(0)?);
                     }
                     tx.commit().await?;
@@ -788,10 +788,10 @@ impl QueueEngine for PgQueue {
         self.inner
             .run(|c| {
                 Box::pin(async move {
-                    if exec(&c, nack, &[queue, &id, &uuid, &now]).await? == 1 {
+                    if exec(&*c, nack, &[queue, &id, &uuid, &now]).await? == 1 {
                         return Ok(Settled::Done);
                     }
-                    self.missed(&c, id).await
+                    self.missed(&*c, id).await
                 })
             })
             .await
@@ -803,7 +803,7 @@ impl QueueEngine for PgQueue {
             .inner
             .run(|c| {
                 Box::pin(async move {
-                    let found = rows(&c, next, &[queue]).await?;
+                    let found = rows(&*c, next, &[queue]).await?;
                     let row = found.first().ok_or_else(|| {
                         Fail::Alk(AlkError::Internal("min() returned no row".into()))
                     })?;
@@ -821,8 +821,8 @@ impl QueueEngine for PgQueue {
                 Box::pin(async move {
                     let mut c = c;
                     let tx = c.transaction().await?;
-                    exec(&tx, &sql.purge_groups, &[queue]).await?;
-                    exec(&tx, &sql.purge, &[queue]).await?;
+                    exec(&*tx, &sql.purge_groups, &[queue]).await?;
+                    exec(&*tx, &sql.purge, &[queue]).await?;
                     tx.commit().await?;
                     Ok(())
                 })
@@ -840,10 +840,10 @@ impl QueueEngine for PgQueue {
         self.inner
             .run(|c| {
                 Box::pin(async move {
-                    if exec(&c, heartbeat, &[queue, &id, &uuid, &deadline, &now]).await? == 1 {
+                    if exec(&*c, heartbeat, &[queue, &id, &uuid, &deadline, &now]).await? == 1 {
                         return Ok(Beat::Extended);
                     }
-                    Ok(match self.lookup(&c, id).await? {
+                    Ok(match self.lookup(&*c, id).await? {
                         None => Beat::Gone,
                         Some(f) if f.receipt != Some(uuid) => Beat::Stale,
                         Some(_) => Beat::Lapsed,
@@ -874,7 +874,7 @@ impl QueueEngine for PgQueue {
                         Settled::Stale => Retried::Stale,
                         _ => Retried::Gone,
                     };
-                    let found = match self.lookup(&c, id).await? {
+                    let found = match self.lookup(&*c, id).await? {
                         None => return Ok(Retried::Gone),
                         Some(f) if f.receipt != Some(uuid) => return Ok(Retried::Stale),
                         Some(f) => f,
@@ -886,16 +886,16 @@ impl QueueEngine for PgQueue {
                         {
                             return Ok(Retried::Dead);
                         }
-                        return Ok(as_retried(self.missed(&c, id).await?));
+                        return Ok(as_retried(self.missed(&*c, id).await?));
                     }
                     let due = delay.due_at(found.backoff_base_ms, found.attempt, now);
                     let due_db = clock.to_db(due);
                     let changed =
-                        exec(&c, retry, &[queue, &id, &uuid, &due_db, &error.as_bytes()]).await?;
+                        exec(&*c, retry, &[queue, &id, &uuid, &due_db, &error.as_bytes()]).await?;
                     if changed == 1 {
                         return Ok(Retried::Scheduled(due));
                     }
-                    Ok(as_retried(self.missed(&c, id).await?))
+                    Ok(as_retried(self.missed(&*c, id).await?))
                 })
             })
             .await
@@ -910,7 +910,7 @@ impl QueueEngine for PgQueue {
             .run(|c| {
                 Box::pin(async move {
                     let mut c = c;
-                    let found = match self.lookup(&c, id).await? {
+                    let found = match self.lookup(&*c, id).await? {
                         None => return Ok(Settled::Gone),
                         Some(f) if f.receipt != Some(uuid) => return Ok(Settled::Stale),
                         Some(f) => f,
@@ -921,7 +921,7 @@ impl QueueEngine for PgQueue {
                     {
                         return Ok(Settled::Done);
                     }
-                    self.missed(&c, id).await
+                    self.missed(&*c, id).await
                 })
             })
             .await
@@ -933,15 +933,15 @@ impl QueueEngine for PgQueue {
             .run(|c| {
                 Box::pin(async move {
                     let mut c = c;
-                    if let Some(found) = self.lookup(&c, id).await? {
+                    if let Some(found) = self.lookup(&*c, id).await? {
                         let deleted = match found.group {
-                            None => exec(&c, &sql.cancel, &[queue, &id]).await? == 1,
+                            None => exec(&*c, &sql.cancel, &[queue, &id]).await? == 1,
                             Some(g) => {
                                 let tx = c.transaction().await?;
                                 let keys = [g];
-                                self.lock_groups(&tx, &keys).await?;
-                                let n = rows(&tx, &sql.cancel, &[queue, &id]).await?.len();
-                                self.drop_empty(&tx, &keys).await?;
+                                self.lock_groups(&*tx, &keys).await?;
+                                let n = rows(&*tx, &sql.cancel, &[queue, &id]).await?.len();
+                                self.drop_empty(&*tx, &keys).await?;
                                 tx.commit().await?;
                                 n == 1
                             }
@@ -950,7 +950,7 @@ impl QueueEngine for PgQueue {
                             return Ok(true);
                         }
                     }
-                    Ok(exec(&c, &sql.cancel_dead, &[queue, &id]).await? == 1)
+                    Ok(exec(&*c, &sql.cancel_dead, &[queue, &id]).await? == 1)
                 })
             })
             .await
@@ -961,7 +961,7 @@ impl QueueEngine for PgQueue {
         self.inner
             .run(|c| {
                 Box::pin(async move {
-                    let found = rows(&c, job, &[queue, &id]).await?;
+                    let found = rows(&*c, job, &[queue, &id]).await?;
                     found.first().map(|r| self.job_of(r, now)).transpose()
                 })
             })
@@ -977,14 +977,14 @@ impl QueueEngine for PgQueue {
                 Box::pin(async move {
                     let mut c = c;
                     let tx = c.transaction().await?;
-                    let mut locked: Vec<Vec<u8>> = rows(&tx, &sql.expired_groups, &[queue, &now])
+                    let mut locked: Vec<Vec<u8>> = rows(&*tx, &sql.expired_groups, &[queue, &now])
                         .await?
                         .iter()
                         .map(|r| r.try_get(0))
                         .collect::<Result<_, _>>()?;
                     locked.sort();
-                    self.lock_groups(&tx, &locked).await?;
-                    let moved = rows(&tx, &sql.sweep, &[queue, &now, &error]).await?;
+                    self.lock_groups(&*tx, &locked).await?;
+                    let moved = rows(&*tx, &sql.sweep, &[queue, &now, &error]).await?;
                     let mut left: Vec<Vec<u8>> = Vec::new();
                     for row in &moved {
                         if let Some(g) = row.try_get::<_, Option<Vec<u8>>>(1)?
@@ -997,9 +997,9 @@ impl QueueEngine for PgQueue {
                     // redrive) are locked now, before they are checked.
                     left.sort();
                     left.dedup();
-                    self.lock_groups(&tx, &left).await?;
+                    self.lock_groups(&*tx, &left).await?;
                     locked.extend(left);
-                    self.drop_empty(&tx, &locked).await?;
+                    self.drop_empty(&*tx, &locked).await?;
                     tx.commit().await?;
                     Ok(moved.len() as u64)
                 })
@@ -1013,7 +1013,7 @@ impl QueueEngine for PgQueue {
         self.inner
             .run(|c| {
                 Box::pin(async move {
-                    rows(&c, page, &[queue, &after, &limit])
+                    rows(&*c, page, &[queue, &after, &limit])
                         .await?
                         .iter()
                         .map(|r| self.job_of(r, now))
@@ -1036,7 +1036,7 @@ impl QueueEngine for PgQueue {
                     let mut c = c;
                     let tx = c.transaction().await?;
                     let mut dead: HashMap<i64, (Option<Vec<u8>>, i32)> = HashMap::new();
-                    for row in rows(&tx, &sql.dead_lookup, &[queue, &ids]).await? {
+                    for row in rows(&*tx, &sql.dead_lookup, &[queue, &ids]).await? {
                         dead.insert(row.try_get(0)?, (row.try_get(1)?, row.try_get(2)?));
                     }
                     // The dead letters found, in the caller's order (each
@@ -1066,13 +1066,14 @@ impl QueueEngine for PgQueue {
                         }
                     }
                     if ordered.is_empty() {
+                        tx.rollback().await?;
                         return Ok(HashMap::new());
                     }
                     if !keys.is_empty() {
-                        exec(&tx, &sql.join, &[queue, &keys, &priorities]).await?;
+                        exec(&*tx, &sql.join, &[queue, &keys, &priorities]).await?;
                     }
                     let mut new: Vec<i64> =
-                        rows(&tx, &sql.redrive, &[queue, &ordered, &now, &ordered])
+                        rows(&*tx, &sql.redrive, &[queue, &ordered, &now, &ordered])
                             .await?
                             .iter()
                             .map(|r| r.try_get(0))
@@ -1090,7 +1091,7 @@ impl QueueEngine for PgQueue {
     async fn purge_dead(&self) -> AlkResult<u64> {
         let (queue, purge_dead) = (&self.name, &self.sql.purge_dead);
         self.inner
-            .run(|c| Box::pin(async move { exec(&c, purge_dead, &[queue]).await }))
+            .run(|c| Box::pin(async move { exec(&*c, purge_dead, &[queue]).await }))
             .await
     }
 }

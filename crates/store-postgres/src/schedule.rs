@@ -246,7 +246,7 @@ impl ScheduleEngine for PgSchedules {
                             .take_while(|s| *s == stamp)
                             .count();
                         let copies = vec![payload.clone(); run];
-                        send_on(&tx, send, clock, &queue, &copies, stamp, now).await?;
+                        send_on(&*tx, send, clock, &queue, &copies, stamp, now).await?;
                         rest = &rest[run..];
                     }
                     tx.commit().await?;

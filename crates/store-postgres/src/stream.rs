@@ -14,9 +14,8 @@ use alk_store::stream::{Event, StreamEngine, TxEngine, TxFailure};
 use alk_store::{AlkError, AlkResult};
 use async_trait::async_trait;
 use deadpool_postgres::GenericClient;
-use deadpool_postgres::Object;
 
-use crate::{Fail, Inner, describe_pg, sql};
+use crate::{Conn, Fail, Inner, describe_pg, sql};
 
 /// The statements of the stream store, for one schema.
 struct Statements {
@@ -122,7 +121,7 @@ impl StreamEngine for PgStreams {
             .inner
             .run(|c| {
                 Box::pin(
-                    async move { Ok(publish_on(&c, sql, stream, &[(key, payload)], now).await?) },
+                    async move { Ok(publish_on(&*c, sql, stream, &[(key, payload)], now).await?) },
                 )
             })
             .await?;
@@ -145,7 +144,7 @@ impl StreamEngine for PgStreams {
             .collect();
         let (sql, events) = (&self.sql.publish, &events);
         self.inner
-            .run(|c| Box::pin(async move { Ok(publish_on(&c, sql, stream, events, now).await?) }))
+            .run(|c| Box::pin(async move { Ok(publish_on(&*c, sql, stream, events, now).await?) }))
             .await
     }
 
@@ -199,7 +198,7 @@ impl StreamEngine for PgStreams {
     async fn save_offset(&self, stream: &str, consumer: &str, to: u64) -> AlkResult<()> {
         let sql = &*self.sql;
         self.inner
-            .run(|c| Box::pin(async move { Ok(save_on(&c, sql, stream, consumer, to).await?) }))
+            .run(|c| Box::pin(async move { Ok(save_on(&*c, sql, stream, consumer, to).await?) }))
             .await?
     }
 
@@ -231,15 +230,14 @@ impl StreamEngine for PgStreams {
     }
 
     async fn begin(&self) -> AlkResult<Box<dyn TxEngine>> {
-        let conn = self.inner.conn().await?;
+        let mut conn = self.inner.conn().await?;
         let key = format!("alk-stream-tx:{}", self.inner.sql.schema());
         let started = async {
-            conn.batch_execute("BEGIN").await?;
+            conn.begin().await?;
             conn.execute(sql::S_TX_LOCK, &[&key]).await
         };
         if let Err(e) = started.await {
-            // The connection's state is unknown: it never goes back.
-            drop(Object::take(conn));
+            // The transaction is open: dropping the connection closes it.
             return Err(self.inner.error(Fail::Pg(e)));
         }
         Ok(Box::new(PgTx {
@@ -251,20 +249,21 @@ impl StreamEngine for PgStreams {
 }
 
 /// An open transaction on its own pooled connection. A connection leaves
-/// the transaction by `COMMIT` or `ROLLBACK` before it goes back to the
-/// pool; one whose transaction is abandoned (dropped, or failed) is closed
-/// instead, which makes the server roll back.
+/// the transaction by a `COMMIT` or `ROLLBACK` the server answered before
+/// it goes back to the pool; one whose transaction is abandoned (dropped,
+/// failed, or its end failed) is closed instead, which makes the server
+/// roll back (see [`Conn`]).
 struct PgTx {
     inner: Arc<Inner>,
     sql: Arc<Statements>,
-    conn: Option<Object>,
+    conn: Option<Conn>,
 }
 
 impl PgTx {
     /// The connection, or the failure of a transaction already over.
-    fn conn(&self) -> Result<&Object, TxFailure> {
+    fn conn(&self) -> Result<&deadpool_postgres::Object, TxFailure> {
         self.conn
-            .as_ref()
+            .as_deref()
             .ok_or_else(|| TxFailure::Failed("the transaction is over".into()))
     }
 
@@ -275,17 +274,10 @@ impl PgTx {
         TxFailure::Failed(format!("postgres: {}", describe_pg(&e)))
     }
 
-    /// Closes the connection, which makes the server roll back.
+    /// Closes the connection (its transaction is open), which makes the
+    /// server roll back.
     fn abandon(&mut self) {
-        if let Some(conn) = self.conn.take() {
-            drop(Object::take(conn));
-        }
-    }
-}
-
-impl Drop for PgTx {
-    fn drop(&mut self) {
-        self.abandon();
+        drop(self.conn.take());
     }
 }
 
@@ -345,7 +337,7 @@ impl TxEngine for PgTx {
         };
         match result {
             Ok(_) => Ok(()),
-            Err(Fail::Pg(e)) => Err(self.failed(e)),
+            Err(Fail::Pg(e) | Fail::CommitUnknown(e)) => Err(self.failed(e)),
             Err(Fail::Alk(e)) => {
                 self.abandon();
                 Err(TxFailure::Failed(e.to_string()))
@@ -353,24 +345,29 @@ impl TxEngine for PgTx {
         }
     }
 
-    async fn commit(mut self: Box<Self>) -> Result<(), String> {
-        let Some(conn) = self.conn.take() else {
-            return Err("the transaction is over".into());
+    async fn commit(mut self: Box<Self>) -> AlkResult<()> {
+        let Some(mut conn) = self.conn.take() else {
+            return Err(AlkError::TransactionAborted(
+                "the transaction is over".into(),
+            ));
         };
-        match conn.batch_execute("COMMIT").await {
+        // On failure `conn` is dropped with its transaction open: closed.
+        match conn.end("COMMIT").await {
             Ok(()) => Ok(()),
-            Err(e) => {
-                drop(Object::take(conn));
-                Err(format!("postgres: {}", describe_pg(&e)))
-            }
+            Err(e) if crate::commit_outcome_unknown(&e) => Err(AlkError::Internal(
+                crate::unknown_commit_text(&self.inner.target, &e),
+            )),
+            Err(e) => Err(AlkError::TransactionAborted(format!(
+                "postgres: the server refused the COMMIT, nothing was committed: {}",
+                describe_pg(&e)
+            ))),
         }
     }
 
     async fn rollback(mut self: Box<Self>) {
-        if let Some(conn) = self.conn.take()
-            && conn.batch_execute("ROLLBACK").await.is_err()
-        {
-            drop(Object::take(conn));
+        if let Some(mut conn) = self.conn.take() {
+            // Closed instead when the ROLLBACK fails.
+            let _ = conn.end("ROLLBACK").await;
         }
     }
 }

@@ -18,6 +18,7 @@ use alk_store::{AlkError, Engine};
 use crate::{PostgresEngine, PostgresOptions};
 
 mod coord;
+mod timeout;
 
 /// A schema no other test uses.
 fn fresh_schema() -> String {

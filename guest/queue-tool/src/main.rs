@@ -21,6 +21,11 @@
 //!   until its receipt is stale: `stale <payload>`). Prints
 //!   `got <payload> <attempt>` and `acked <payload>`; stops after `idle-ms`
 //!   of empty receives, printing `done <acked>`
+//! - `feed <q> <tag> <stop-q>`: prints `feeding`, then sends `<tag>-0`,
+//!   `<tag>-1`, … one at a time until it receives a message from queue
+//!   `<stop-q>` (and acks it, once), riding out store failures like `work`: a
+//!   failed call prints `error <variant>` and is tried again (a send with
+//!   the same payload); finally prints `sent <n>`
 //! - `fill <q> <count> <tag>`: sends `<tag>-0` … as plain messages in
 //!   batches of 1,000, then `sent <count>`
 //! - `send-group <q> <group> <count> <tag>`: sends `<tag>-0` … to group
@@ -94,6 +99,13 @@ fn send_tagged(q: &Queue, count: usize, tag: &str, opts: Option<&SendOptions>) {
     }
 }
 
+/// The variant of an alk error, lower case: `Error::Busy("…")` → `busy`.
+fn variant(e: &alk_guest::Error) -> String {
+    let text = format!("{e:?}");
+    let head = text.split(['(', ' ', '{']).next().unwrap_or_default();
+    head.rsplit("::").next().unwrap_or_default().to_lowercase()
+}
+
 fn body(m: &Message) -> &str {
     match &m.payload {
         Payload::Text(t) | Payload::Json(t) => t,
@@ -105,7 +117,7 @@ fn main() {
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
     if a.len() < 2 {
         eprintln!(
-            "usage: queue-tool <send|send-json|receive|ack|nack|purge|produce|consume|hold|drain|work|fill|send-group|fair|send-jobs|jobs|inspect> <queue> …"
+            "usage: queue-tool <send|send-json|receive|ack|nack|purge|produce|consume|hold|drain|work|feed|fill|send-group|fair|send-jobs|jobs|inspect> <queue> …"
         );
         std::process::exit(2);
     }
@@ -217,12 +229,6 @@ fn main() {
                 num(vis),
                 Duration::from_millis(num(idle)),
             );
-            let variant = |e: &alk_guest::Error| {
-                // `Error::Busy("…")` or `Busy("…")` → `busy`.
-                let text = format!("{e:?}");
-                let head = text.split(['(', ' ', '{']).next().unwrap_or_default();
-                head.rsplit("::").next().unwrap_or_default().to_lowercase()
-            };
             let mut idle_since = Instant::now();
             let mut acked = 0;
             while idle_since.elapsed() < idle {
@@ -262,6 +268,31 @@ fn main() {
                 }
             }
             writeln!(out, "done {acked}").unwrap();
+        }
+        ["feed", _, tag, stop] => {
+            let stop = Queue::open(stop).unwrap_or_else(|e| fail(e));
+            writeln!(out, "feeding").unwrap();
+            let mut sent = 0;
+            loop {
+                let step = stop
+                    .receive(1, Some(60_000))
+                    .and_then(|got| match got.first() {
+                        // Told to stop: whether or not the ack goes through.
+                        Some(m) => Ok(Some(stop.ack(&m.receipt))),
+                        None => q
+                            .send(&Payload::Text(format!("{tag}-{sent}")))
+                            .map(|_| None),
+                    });
+                match step {
+                    Ok(Some(_)) => break,
+                    Ok(None) => sent += 1,
+                    Err(e) => {
+                        writeln!(out, "error {}", variant(&e)).unwrap();
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                }
+            }
+            writeln!(out, "sent {sent}").unwrap();
         }
         ["send-group", _, group, count, tag] => {
             let count = num(count) as usize;

@@ -13,10 +13,15 @@ fn main() -> ExitCode {
     // open is better off without.
     #[cfg(target_os = "linux")]
     let _ = rustix::thread::disable_transparent_huge_pages(true);
-    // A panic is one line on stderr (the host contains the ones inside the
-    // storage engine and goes on); RUST_BACKTRACE=1 shows the full report.
+    // A panic is one line on stderr; RUST_BACKTRACE=1 shows the full
+    // report. A panic inside the storage engine is contained by the host,
+    // which goes on and reports it itself (to the guest as an error, and in
+    // the log): it is not printed here as well.
     if std::env::var_os("RUST_BACKTRACE").is_none() {
         std::panic::set_hook(Box::new(|info| {
+            if alk_host::panic_is_contained() {
+                return;
+            }
             let what = info
                 .payload()
                 .downcast_ref::<&str>()

@@ -127,6 +127,7 @@ pub mod stream;
 pub mod tx;
 
 pub use alk_store::outbox::{Outbox, RunOnce};
+pub use alk_store::panic::is_contained as panic_is_contained;
 pub use alk_store::schedule::{RunReport, RunnerEvent, RunnerOptions, Schedules};
 pub use alk_store::tx::Tx;
 pub use alk_store::{

@@ -91,8 +91,11 @@ pub fn ctx_with_clock(dir: &Path, clock: Arc<dyn alk_host::Clock>) -> AlkCtx {
 /// The `alk-host` binary.
 pub fn alk_host() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_alk-host"));
-    // The host's own log level, not the one of whoever runs the tests.
-    cmd.env("ALK_CACHE_DIR", cache_dir()).env_remove("RUST_LOG");
+    // The host's own log level and panic reports, not the ones of whoever
+    // runs the tests.
+    cmd.env("ALK_CACHE_DIR", cache_dir())
+        .env_remove("RUST_LOG")
+        .env_remove("RUST_BACKTRACE");
     cmd
 }
 
@@ -291,4 +294,39 @@ pub fn finish(child: std::process::Child, who: &str) -> String {
         text(&out.stderr)
     );
     stdout
+}
+
+/// A small xorshift generator for the random points of kill and power-cut
+/// loops; its seed comes from the environment variable `seed_var` (to
+/// replay a run) or the clock.
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator and its seed.
+    pub fn new(seed_var: &str) -> (Rng, u64) {
+        let seed = std::env::var(seed_var)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_nanos() as u64
+                    | 1
+            });
+        (Rng(seed), seed)
+    }
+
+    /// A number below `n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n.max(1)
+    }
+
+    /// A fraction in `[lo, hi)`.
+    pub fn between(&mut self, lo: f64, hi: f64) -> f64 {
+        lo + self.below(1_000_000) as f64 / 1_000_000.0 * (hi - lo)
+    }
 }

@@ -18,15 +18,20 @@
 //!   test of the workspace.
 //! - `soak [runs] [seconds] [filter]`: the long form of the multi-process
 //!   soak (`tests/integration/soak.rs`): every configuration `runs` times
-//!   (default 50) with producers producing for `seconds` (default 20);
-//!   `filter` narrows the configurations by test name.
+//!   (default 50) with producers producing for `seconds` (default 20),
+//!   and the kill loops (`tests/integration/kills.rs`) with `ALK_KILLS`
+//!   kills each (default 20); `filter` narrows them by test name.
+//! - `powerloss [cuts]`: the long form of the power-loss tests
+//!   (`tests/integration/powerloss.rs`): `cuts` power cuts (default 20) per
+//!   durability on a FUSE file system that drops unsynced writes.
 //! - `bench`: builds the host and guests, runs the benchmarks and writes
 //!   `docs/benchmarks.md`.
 //! - `postgres`: starts a throwaway PostgreSQL server, prints its
 //!   `ALK_TEST_POSTGRES=<url>` and keeps it until Ctrl-C.
-//! - `vendor-turso [--check]`: fetches the published `turso_core`, applies
-//!   `vendor/turso_core.patch` and writes `vendor/turso_core/` (or checks
-//!   that it matches, file by file).
+//! - `vendor-turso [--check]`: fetches the published `turso_core`, `turso`
+//!   and the turso_* crates between them, applies `vendor/<crate>.patch` to
+//!   each and writes `vendor/<crate>/` (or checks that every one matches,
+//!   file by file).
 //! - `vendor-wit [--check]`: copies the WASI 0.2 WIT of the pinned
 //!   `wasmtime-wasi` release into `wit/deps/` (or checks that it matches).
 //!
@@ -56,13 +61,14 @@ fn main() -> ExitCode {
         Some("demo") => demo(),
         Some("test") => test(&args[1..]),
         Some("soak") => soak(&args[1..]),
+        Some("powerloss") => powerloss(&args[1..]),
         Some("vendor-wit") => vendor_wit(args.get(1).map(String::as_str) == Some("--check")),
         Some("vendor-turso") => vendor_turso(args.get(1).map(String::as_str) == Some("--check")),
         Some("bench") => bench(),
         Some("postgres") => postgres(),
         _ => {
             eprintln!(
-                "usage: cargo xtask <guests|demo|test [cargo test args…]|soak [runs] [seconds] [filter]|bench|postgres|vendor-wit [--check]>"
+                "usage: cargo xtask <guests|demo|test [cargo test args…]|soak [runs] [seconds] [filter]|powerloss [cuts]|bench|postgres|vendor-wit [--check]>"
             );
             return ExitCode::from(2);
         }
@@ -436,7 +442,12 @@ fn soak(args: &[String]) -> Result<()> {
         })
         .transpose()?
         .unwrap_or(20);
-    let filter = args.get(2).map(String::as_str).unwrap_or("soak::");
+    // The soak's configurations and the kill loops, unless narrowed.
+    let filters: Vec<&str> = match args.get(2) {
+        Some(f) => vec![f.as_str()],
+        None => vec!["soak::", "kills::"],
+    };
+    let kills = std::env::var("ALK_KILLS").unwrap_or_else(|_| "20".into());
     let (postgres, _cluster) = test_postgres()?;
     let guests = guests()?;
     let mut cmd = cargo();
@@ -444,10 +455,34 @@ fn soak(args: &[String]) -> Result<()> {
         .env("ALK_GUESTS", &guests)
         .env("ALK_SOAK_RUNS", runs)
         .env("ALK_SOAK_MS", (secs * 1000).to_string())
-        .args(["test", "--workspace", "--test", "integration", filter, "--"])
+        .env("ALK_KILLS", kills)
+        .args(["test", "--workspace", "--test", "integration", "--"])
+        .args(&filters)
         .args(["--test-threads", "1", "--nocapture"]);
     eprintln!("xtask: running {cmd:?} with {TEST_POSTGRES} set");
     run_quiet(cmd.env(TEST_POSTGRES, &postgres))
+}
+
+/// The power-loss tests with `cuts` cuts per durability (no PostgreSQL:
+/// they run on the file engine only).
+fn powerloss(args: &[String]) -> Result<()> {
+    let cuts = args.first().map(String::as_str).unwrap_or("20");
+    cuts.parse::<u64>()
+        .map_err(|_| format!("{cuts:?} is not a number of cuts"))?;
+    let guests = guests()?;
+    run(cargo()
+        .current_dir(root())
+        .env("ALK_GUESTS", &guests)
+        .env("ALK_POWERLOSS_CUTS", cuts)
+        .args([
+            "test",
+            "--workspace",
+            "--test",
+            "integration",
+            "powerloss::",
+            "--",
+        ])
+        .args(["--test-threads", "1", "--nocapture"]))
 }
 
 fn bench() -> Result<()> {
@@ -517,78 +552,121 @@ fn vendor_wit(check: bool) -> Result<()> {
     }
 }
 
-/// The turso_core release that `vendor/turso_core` patches.
-const TURSO_CORE: &str = "0.9.0-pre.2";
+/// The release of the vendored turso crates: `turso` itself is pinned to it
+/// exactly in the top-level `Cargo.toml`.
+const TURSO: &str = "0.9.0-pre.2";
 
-/// Builds `vendor/turso_core` from the published crate and the patch, or
-/// (with `check`) verifies that it is exactly that.
+/// The crates vendored under `vendor/<crate>/`, each the published crate of
+/// release [`TURSO`] with `vendor/<crate>.patch` applied: `turso_core` with
+/// the engine fix, and every crate between alk and it (`turso` and the
+/// turso_* crates that depend on `turso_core`) with its dependencies on the
+/// others turned into paths, so that a build has one `turso_core`, the
+/// patched one, without a `[patch]` section.
+const TURSO_CRATES: &[&str] = &[
+    "turso",
+    "turso_sdk_kit",
+    "turso_sync_sdk_kit",
+    "turso_sync_engine",
+    "turso_core",
+];
+
+/// Builds every crate of [`TURSO_CRATES`] in `vendor/` from the published
+/// crate and its patch, or (with `check`) verifies, file by file, that each
+/// is exactly that.
 fn vendor_turso(check: bool) -> Result<()> {
     let root = root();
     let work = crate::target_dir().join("vendor-turso");
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(work.join("fetch/src")).map_err(|e| e.to_string())?;
-    // A throwaway package that depends on the published crate; `cargo fetch`
-    // puts the `.crate` file in cargo's cache.
+    // A throwaway package that depends on the published crates; `cargo
+    // fetch` puts their `.crate` files in cargo's cache. The workspace's lock
+    // file keeps every other dependency where it is (already in the cache).
+    let deps: String = TURSO_CRATES
+        .iter()
+        .map(|c| format!("{c} = {{ version = \"={TURSO}\", default-features = false }}\n"))
+        .collect();
     std::fs::write(
         work.join("fetch/Cargo.toml"),
         format!(
-            "[package]\nname = \"fetch-turso-core\"\nversion = \"0.0.0\"\nedition = \"2021\"\n\n[dependencies]\nturso_core = {{ version = \"={TURSO_CORE}\", default-features = false }}\n\n[workspace]\n"
+            "[package]\nname = \"fetch-turso\"\nversion = \"0.0.0\"\nedition = \"2021\"\n\n[dependencies]\n{deps}\n[workspace]\n"
         ),
     )
     .map_err(|e| e.to_string())?;
     std::fs::write(work.join("fetch/src/lib.rs"), "").map_err(|e| e.to_string())?;
-    run_quiet(
-        cargo()
-            .args(["fetch", "--quiet", "--manifest-path"])
-            .arg(work.join("fetch/Cargo.toml")),
-    )?;
+    let _ = std::fs::copy(root.join("Cargo.lock"), work.join("fetch/Cargo.lock"));
+    let fetch = |offline: bool| {
+        let mut cmd = cargo();
+        cmd.args(["fetch", "--quiet", "--manifest-path"])
+            .arg(work.join("fetch/Cargo.toml"));
+        if offline {
+            cmd.arg("--offline").stderr(std::process::Stdio::null());
+        }
+        run_quiet(&mut cmd)
+    };
+    // Offline first (no network needed when the crates are in the cache).
+    fetch(true).or_else(|_| fetch(false))?;
     let home = std::env::var_os("CARGO_HOME")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
         .ok_or("neither CARGO_HOME nor HOME is set")?;
-    let name = format!("turso_core-{TURSO_CORE}.crate");
-    let crate_file = std::fs::read_dir(home.join("registry/cache"))
-        .map_err(|e| format!("cargo's registry cache: {e}"))?
-        .filter_map(|e| e.ok())
-        .map(|e| e.path().join(&name))
-        .find(|p| p.exists())
-        .ok_or_else(|| format!("{name} was not fetched"))?;
-    run_quiet(
-        Command::new("tar")
-            .arg("xzf")
-            .arg(&crate_file)
-            .arg("-C")
-            .arg(&work),
-    )?;
-    let fresh = work.join(format!("turso_core-{TURSO_CORE}"));
-    run_quiet(
-        Command::new("patch")
-            .args(["-p1", "--quiet", "--no-backup-if-mismatch", "-d"])
-            .arg(&fresh)
-            .arg("-i")
-            .arg(root.join("vendor/turso_core.patch")),
-    )?;
-    let vendored = root.join("vendor/turso_core");
-    if check {
-        let (a, b) = (files_under(&fresh)?, files_under(&vendored)?);
-        let mut differ: Vec<String> = Vec::new();
-        for rel in a.keys().chain(b.keys()) {
-            if a.get(rel) != b.get(rel) && !differ.contains(rel) {
-                differ.push(rel.clone());
-            }
-        }
-        if !differ.is_empty() {
-            return Err(format!(
-                "vendor/turso_core is not turso_core {TURSO_CORE} with vendor/turso_core.patch ({}); run `cargo xtask vendor-turso`",
-                differ.join(", ")
-            ));
-        }
-        return Ok(());
+    // Every crate is unpacked and patched before anything in `vendor/` is
+    // touched: a patch that no longer applies leaves the copies as they are.
+    for name in TURSO_CRATES {
+        let file = format!("{name}-{TURSO}.crate");
+        let crate_file = std::fs::read_dir(home.join("registry/cache"))
+            .map_err(|e| format!("cargo's registry cache: {e}"))?
+            .filter_map(|e| e.ok())
+            .map(|e| e.path().join(&file))
+            .find(|p| p.exists())
+            .ok_or_else(|| format!("{file} was not fetched"))?;
+        run_quiet(
+            Command::new("tar")
+                .arg("xzf")
+                .arg(&crate_file)
+                .arg("-C")
+                .arg(&work),
+        )?;
+        run_quiet(
+            Command::new("patch")
+                .args(["-p1", "--quiet", "--no-backup-if-mismatch", "-d"])
+                .arg(work.join(format!("{name}-{TURSO}")))
+                .arg("-i")
+                .arg(root.join(format!("vendor/{name}.patch"))),
+        )
+        .map_err(|e| format!("vendor/{name}.patch does not apply to {name} {TURSO}: {e}"))?;
     }
-    let _ = std::fs::remove_dir_all(&vendored);
-    std::fs::rename(&fresh, &vendored).map_err(|e| e.to_string())?;
-    eprintln!("xtask: wrote {}", vendored.display());
-    Ok(())
+    let mut stale: Vec<String> = Vec::new();
+    for name in TURSO_CRATES {
+        let fresh = work.join(format!("{name}-{TURSO}"));
+        let vendored = root.join("vendor").join(name);
+        if check {
+            let (a, b) = (files_under(&fresh)?, files_under(&vendored)?);
+            let mut differ: Vec<String> = Vec::new();
+            for rel in a.keys().chain(b.keys()) {
+                if a.get(rel) != b.get(rel) && !differ.contains(rel) {
+                    differ.push(rel.clone());
+                }
+            }
+            if !differ.is_empty() {
+                stale.push(format!(
+                    "vendor/{name} is not {name} {TURSO} with vendor/{name}.patch ({})",
+                    differ.join(", ")
+                ));
+            }
+            continue;
+        }
+        let _ = std::fs::remove_dir_all(&vendored);
+        std::fs::rename(&fresh, &vendored).map_err(|e| e.to_string())?;
+        eprintln!("xtask: wrote {}", vendored.display());
+    }
+    if stale.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{}; run `cargo xtask vendor-turso`",
+            stale.join("; ")
+        ))
+    }
 }
 
 /// Every file under `dir` (relative path → bytes).

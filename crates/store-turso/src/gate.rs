@@ -123,8 +123,9 @@ pub(crate) enum Ended {
     Committed,
     /// Rolled back because of another member's failure: run again.
     Retry,
-    /// The commit failed; nothing of the group was applied.
-    Failed(String),
+    /// The group failed; the error says whether its work was applied
+    /// (a failure inside its commit leaves that unknown).
+    Failed(AlkError),
 }
 
 /// The cross-process lock held; released on drop.

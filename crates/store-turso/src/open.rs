@@ -20,7 +20,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, Weak};
 
-use futures::FutureExt as _;
 use turso::{Builder, Connection, Database};
 
 use super::gate::WriteGate;
@@ -408,12 +407,12 @@ impl Registry {
 /// engine is contained: the file descriptors are closed either way.
 fn close(handle: Option<Arc<Handle>>) {
     if let Some(h) = handle
-        && let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(h)))
+        && let Err(panic) = alk_store::panic::contain_sync(move || drop(h))
     {
         tracing::warn!(
             target: "alk",
             "the storage engine failed while closing a database: {}",
-            panic_text(&*panic)
+            panic
         );
     }
 }
@@ -549,14 +548,6 @@ pub(crate) fn sibling(path: &Path, suffix: &str) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// The text of a caught panic.
-pub(crate) fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
-    p.downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| p.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic without a message".into())
-}
-
 impl Store {
     /// The store file's path.
     pub fn path(&self) -> &Path {
@@ -571,6 +562,27 @@ impl Store {
     /// When this store's commits count as done.
     pub(crate) fn durability(&self) -> Durability {
         self.inner.durability
+    }
+
+    /// This store at full durability: the same database, every commit
+    /// synced before it returns, whatever the store's own durability. For
+    /// the steps of a relay between two files (`stream.rs`, `Relay`), whose
+    /// order must survive a power cut: at relaxed durability each file
+    /// keeps a prefix of its commits, and two files may keep prefixes from
+    /// different moments.
+    pub(crate) fn synced(&self) -> Store {
+        if self.inner.durability == Durability::Full {
+            return self.clone();
+        }
+        Store {
+            inner: Arc::new(StoreInner {
+                path: self.inner.path.clone(),
+                format: self.inner.format,
+                policy: self.inner.policy,
+                durability: Durability::Full,
+                cached: Mutex::new(lock(&self.inner.cached).clone()),
+            }),
+        }
     }
 
     fn format(&self) -> &'static Format {
@@ -794,17 +806,30 @@ impl Store {
         op: impl AsyncFnOnce(&Connection, &'static Format) -> Result<T, Failure>,
     ) -> AlkResult<T> {
         let handle = Arc::new(self.open_database_as(true).await?);
-        let result = async {
+        let result = alk_store::panic::contain(async {
             let conn = self.connect(&handle).await.map_err(Failure::Db)?;
             op(&conn, self.format_of(&handle)).await
-        }
+        })
         .await;
         close(Some(handle));
         match result {
-            Ok(v) => Ok(v),
-            Err(Failure::Alk(e)) => Err(e),
-            Err(Failure::Db(e)) => Err(self.engine_error(e)),
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(Failure::Alk(e))) => Err(e),
+            // The operation (a migration) commits itself: a failure may
+            // come after its commit. Running it again tells: it finishes,
+            // or finds the store already migrated.
+            Ok(Err(Failure::Db(e))) => Err(self.exclusive_failed(&e.to_string())),
+            Err(panic) => Err(self.exclusive_failed(&panic)),
         }
+    }
+
+    /// The error of a failed exclusive operation (see
+    /// [`Store::with_exclusive`]).
+    fn exclusive_failed(&self, why: &str) -> AlkError {
+        AlkError::Internal(format!(
+            "the storage engine failed on {} during the migration ({why}); whether it was applied is unknown: run the migration again, which completes it or reports the store as already migrated",
+            self.path().display()
+        ))
     }
 
     /// The format of the store's file as opened (the store's own, or one of
@@ -877,14 +902,24 @@ impl Store {
         let mut lock_file = Some(lock_file);
         let path = &self.inner.path;
         let format = self.format();
-        let mut rebuilt = false;
+        // Why the coordination file was rebuilt, once it was.
+        let mut rebuilt: Option<String> = None;
         loop {
             let file = match lock_file.take() {
                 Some(f) => f,
                 None => return Err(engine_failure(path, format, "cannot open", "no lock file")),
             };
             let (failure, file) = match self.try_engine_open(path_str, file).await {
-                Ok(result) => return result,
+                Ok(result) => {
+                    if let (Some(why), Ok(_)) = (&rebuilt, &result) {
+                        tracing::warn!(
+                            target: "alk",
+                            "{}: the store's coordination file was damaged ({why}); no process was using the store, so it was rebuilt (it holds no data)",
+                            sibling(path, "-tshm").display()
+                        );
+                    }
+                    return result;
+                }
                 Err(failed) => failed,
             };
             lock_file = Some(file);
@@ -894,7 +929,7 @@ impl Store {
             // bad WAL header to a panic) and no process uses it, rebuilding
             // it is always safe, and is tried once.
             let tshm = sibling(path, "-tshm");
-            if rebuilt || created.is_new || !tshm.exists() {
+            if rebuilt.is_some() || created.is_new || !tshm.exists() {
                 return Err(engine_failure(path, format, "cannot open", &failure));
             }
             if !unused(&tshm) {
@@ -913,7 +948,7 @@ impl Store {
             std::fs::remove_file(&tshm).map_err(|e| {
                 io_failure(&tshm, format, "cannot rebuild the coordination file of", e)
             })?;
-            rebuilt = true;
+            rebuilt = Some(failure);
         }
     }
 
@@ -925,21 +960,17 @@ impl Store {
         path_str: &str,
         lock_file: std::fs::File,
     ) -> Result<AlkResult<Handle>, (String, std::fs::File)> {
-        let built = std::panic::AssertUnwindSafe(
+        let built = alk_store::panic::contain(
             Builder::new_local(path_str)
                 .experimental_multiprocess_wal(true)
                 .build(),
         )
-        .catch_unwind()
         .await;
         let built = match built {
             Ok(Ok(db)) => db,
             Ok(Err(e)) => return Err((e.to_string(), lock_file)),
             Err(panic) => {
-                return Err((
-                    format!("the engine panicked: {}", panic_text(&*panic)),
-                    lock_file,
-                ));
+                return Err((format!("the engine panicked: {}", panic), lock_file));
             }
         };
         let spare = lock_file.try_clone();
@@ -955,9 +986,7 @@ impl Store {
             format: std::sync::OnceLock::new(),
             _exclusive: None,
         };
-        let schema = std::panic::AssertUnwindSafe(self.handshake(&handle))
-            .catch_unwind()
-            .await;
+        let schema = alk_store::panic::contain(self.handshake(&handle)).await;
         let failure = match schema {
             Ok(Ok(Found::Format(f))) => {
                 let _ = handle.format.set(f);
@@ -973,7 +1002,7 @@ impl Store {
                 }));
             }
             Ok(Err(e)) => e.to_string(),
-            Err(panic) => format!("the engine panicked: {}", panic_text(&*panic)),
+            Err(panic) => format!("the engine panicked: {}", panic),
         };
         close(Some(Arc::new(handle)));
         match spare {
@@ -1397,6 +1426,34 @@ mod tests {
         })
         .await
         .unwrap();
+        assert_eq!(count(&s).await.unwrap(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_panic_after_a_statement_committed_is_reported_as_unknown_never_as_not_applied() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = test_store(dir.path()).await;
+        // One statement, alone: it commits on its own, and the engine fails
+        // after that (as a panic inside COMMIT would).
+        let result: AlkResult<()> = s
+            .run_write(|conn: Connection| {
+                Box::pin(async move {
+                    conn.execute("INSERT INTO t (x) VALUES (7)", ()).await?;
+                    panic!("simulated failure after the commit");
+                })
+            })
+            .await;
+        match result {
+            Err(AlkError::Internal(m)) => {
+                assert!(
+                    m.contains("simulated failure") && m.contains("outcome is unknown"),
+                    "{m}"
+                );
+                assert!(!m.contains("not applied"), "{m}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // It was applied: "not applied" would have been false.
         assert_eq!(count(&s).await.unwrap(), 1);
     }
 

@@ -1091,7 +1091,11 @@ impl QueueStore {
         if last <= mark.id {
             return Ok(0);
         }
+        // Synced whatever the queue's durability: the stream file forgets
+        // the rows relayed here once this returns, and must never keep that
+        // while a power cut takes the messages from this file.
         self.store
+            .synced()
             .run_immediate(|conn: Connection| {
                 Box::pin(async move {
                     let mark = relay_mark_on(&conn, key, path).await?;

@@ -13,7 +13,6 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use futures::FutureExt as _;
 use rand::Rng;
 use turso::Connection;
 
@@ -41,6 +40,15 @@ impl Default for RetryPolicy {
             max_backoff: Duration::from_millis(50),
         }
     }
+}
+
+/// Whether a failed operation can have committed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    /// It failed before anything it did could commit.
+    NotApplied,
+    /// It may have failed before or after its commit.
+    Unknown,
 }
 
 /// The failure of one attempt: an engine error (maybe retryable) or a
@@ -100,17 +108,18 @@ impl Store {
         loop {
             let handle = self.handle().await?;
             let format = self.format_of(&handle);
-            let attempt = std::panic::AssertUnwindSafe(async {
+            let attempt = alk_store::panic::contain(async {
                 let conn = self.check_out(&handle).await?;
                 let result = op(conn.clone(), format).await;
                 self.check_in(&handle, conn);
                 result
             })
-            .catch_unwind()
             .await;
             let attempt = match attempt {
                 Ok(result) => result,
-                Err(panic) => return Err(self.engine_panicked(&handle, &*panic)),
+                Err(panic) => {
+                    return Err(self.engine_panicked(&handle, &panic, Outcome::NotApplied));
+                }
             };
             drop(handle);
             match attempt {
@@ -191,18 +200,21 @@ impl Store {
             if turn.is_none() && one_statement && handle.gate.waiting() == 0 {
                 // Alone: the statement commits on its own, under the lock.
                 let flock = handle.gate.lock(deadline, self.path()).await?;
-                let attempt = std::panic::AssertUnwindSafe(async {
+                let attempt = alk_store::panic::contain(async {
                     let conn = self.check_out(&handle).await?;
                     let result = op(conn.clone(), format).await;
                     self.check_in(&handle, conn);
                     result
                 })
-                .catch_unwind()
                 .await;
                 drop(flock);
                 drop(turn);
                 match attempt {
-                    Err(panic) => return Err(self.engine_panicked(&handle, &*panic)),
+                    // The statement commits on its own: the panic may have
+                    // come before or after its commit.
+                    Err(panic) => {
+                        return Err(self.engine_panicked(&handle, &panic, Outcome::Unknown));
+                    }
                     Ok(Ok(v)) => {
                         handle
                             .commits
@@ -213,6 +225,11 @@ impl Store {
                     Ok(Err(Failure::Db(e))) if is_retryable(&e) => {
                         self.back_off(deadline, &mut pause, &e.to_string()).await?;
                         continue;
+                    }
+                    // The statement's own commit writes and syncs the log:
+                    // an I/O failure may come after the commit record.
+                    Ok(Err(Failure::Db(e))) if matches!(e, turso::Error::IoError(..)) => {
+                        return Err(self.outcome_unknown(&e.to_string()));
                     }
                     Ok(Err(Failure::Db(e))) => return Err(self.engine_error(e)),
                 }
@@ -234,7 +251,7 @@ impl Store {
             // refusal undoes only this writer's work.
             let shared = group.len() > 0;
             let conn = group.conn.clone();
-            let attempt = std::panic::AssertUnwindSafe(async {
+            let attempt = alk_store::panic::contain(async {
                 if shared {
                     exec(&conn, "SAVEPOINT alk_writer", ()).await?;
                 }
@@ -249,15 +266,19 @@ impl Store {
                 }
                 result
             })
-            .catch_unwind()
             .await;
             match attempt {
                 Err(panic) => {
                     if let Some(g) = turn.take() {
-                        g.finish(Ended::Failed("the storage engine failed".into()));
+                        g.finish(Ended::Failed(AlkError::Internal(format!(
+                            "the storage engine failed on {} before the commit ({panic}); nothing of this write was applied",
+                            self.path().display()
+                        ))));
                     }
                     drop(turn);
-                    return Err(self.engine_panicked(&handle, &*panic));
+                    // Inside the open transaction, before its commit: the
+                    // database is closed with it uncommitted.
+                    return Err(self.engine_panicked(&handle, &panic, Outcome::NotApplied));
                 }
                 Ok(Err(Failure::Db(e))) => {
                     // The transaction is in doubt: roll it back for everyone
@@ -290,7 +311,7 @@ impl Store {
                             self.back_off(deadline, &mut pause, "a shared commit failed")
                                 .await?
                         }
-                        Ok(Ended::Failed(why)) => return Err(AlkError::Internal(why)),
+                        Ok(Ended::Failed(e)) => return Err(e),
                         Err(_) => {
                             return Err(AlkError::Internal(
                                 "the write was abandoned before its commit".into(),
@@ -342,9 +363,7 @@ impl Store {
     /// Commits (or rolls back) a group and tells its members.
     async fn end_group(&self, handle: &Arc<Handle>, group: Group, commit: bool) {
         let sql = if commit { "COMMIT" } else { "ROLLBACK" };
-        let result = std::panic::AssertUnwindSafe(exec(&group.conn, sql, ()))
-            .catch_unwind()
-            .await;
+        let result = alk_store::panic::contain(exec(&group.conn, sql, ())).await;
         let ended = match result {
             Ok(Ok(_)) if commit => {
                 handle
@@ -357,13 +376,18 @@ impl Store {
                 rollback(&group.conn, self.path()).await;
                 if is_retryable(&e) {
                     Ended::Retry
+                } else if commit {
+                    // A failure inside COMMIT (an I/O error writing or
+                    // syncing the log) may come after the commit record
+                    // reached the file.
+                    Ended::Failed(self.outcome_unknown(&e.to_string()))
                 } else {
-                    Ended::Failed(self.engine_error(e).to_string())
+                    Ended::Failed(self.engine_error(e))
                 }
             }
-            Err(_) => {
+            Err(panic) => {
                 self.discard(handle);
-                Ended::Failed("the storage engine failed while committing".into())
+                Ended::Failed(self.outcome_unknown(&panic))
             }
         };
         if !matches!(ended, Ended::Failed(_)) {
@@ -397,16 +421,30 @@ impl Store {
     }
 
     /// The error of an engine panic; the database it happened in is closed.
-    fn engine_panicked(
-        &self,
-        handle: &Arc<Handle>,
-        panic: &(dyn std::any::Any + Send),
-    ) -> AlkError {
+    /// `outcome`: whether the operation can have committed.
+    fn engine_panicked(&self, handle: &Arc<Handle>, panic: &str, outcome: Outcome) -> AlkError {
         self.discard(handle);
+        match outcome {
+            Outcome::NotApplied => AlkError::Internal(format!(
+                "the storage engine failed on {} ({panic}); the operation was not applied and the store will be reopened at its next use",
+                self.path().display(),
+            )),
+            Outcome::Unknown => self.outcome_unknown(panic),
+        }
+    }
+
+    /// The error of a write whose commit failed in a way that does not say
+    /// whether it took effect: the guest is told so, never "not applied".
+    pub(crate) fn outcome_unknown(&self, why: &str) -> AlkError {
+        let lower = why.to_ascii_lowercase();
+        let full = if lower.contains("no space left") || lower.contains("disk quota") {
+            "no space left on the device: "
+        } else {
+            ""
+        };
         AlkError::Internal(format!(
-            "the storage engine failed on {} ({}); the operation was not applied and the store will be reopened at its next use",
+            "the storage engine failed on {} while committing ({full}{why}); the outcome is unknown: the write may or may not have been applied, read the store before retrying it",
             self.path().display(),
-            super::open::panic_text(panic)
         ))
     }
 

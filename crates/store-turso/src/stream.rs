@@ -30,11 +30,10 @@ use alk_store::stream::{Event, StreamEngine, TxEngine, TxFailure};
 use alk_store::wake::Wakes;
 use alk_store::{AlkError, AlkResult};
 use async_trait::async_trait;
-use futures::FutureExt as _;
 use turso::{Connection, Value};
 
 use crate::gate::WriteGuard;
-use crate::open::{Format, Handle, Store, StoreOptions, Upgrade, open_store, panic_text};
+use crate::open::{Format, Handle, Store, StoreOptions, Upgrade, open_store};
 use crate::queue::{QueueStore, Queues, RELAY_REFUSED, RelayMark, Relayed, relay_refused};
 use crate::retry::{Failure, exec, query};
 
@@ -492,9 +491,7 @@ impl StreamStore {
         let forgot = if forgot.is_empty() {
             forgot
         } else {
-            let deleted = std::panic::AssertUnwindSafe(forget_on(&conn, &forgot))
-                .catch_unwind()
-                .await;
+            let deleted = alk_store::panic::contain(forget_on(&conn, &forgot)).await;
             match deleted {
                 Ok(Ok(())) => forgot,
                 Ok(Err(e)) => {
@@ -513,7 +510,7 @@ impl StreamStore {
                     return Err(AlkError::Internal(format!(
                         "the storage engine failed on {}: {}",
                         self.store.path().display(),
-                        panic_text(&*panic)
+                        panic
                     )));
                 }
             }
@@ -526,6 +523,7 @@ impl StreamStore {
             relay: self.relay.clone(),
             sent: Vec::new(),
             forgot,
+            synced: false,
         })
     }
 }
@@ -577,11 +575,10 @@ fn spawn_relayer(relay: Weak<Relay>) {
             let Some(relay) = relay.upgrade() else {
                 return;
             };
-            let pass = std::panic::AssertUnwindSafe(relay.relay_pending(&mut backoff, usize::MAX))
-                .catch_unwind()
-                .await;
+            let pass =
+                alk_store::panic::contain(relay.relay_pending(&mut backoff, usize::MAX)).await;
             if let Err(panic) = pass {
-                tracing::warn!(target: "alk", "the background relay failed: {}", panic_text(&*panic));
+                tracing::warn!(target: "alk", "the background relay failed: {}", panic);
             }
         }
     });
@@ -1091,8 +1088,12 @@ impl ScheduleEngine for StreamStore {
         now: i64,
     ) -> AlkResult<bool> {
         let path = self.store.path();
+        // Synced whatever the store's durability: its relay rows must be on
+        // disk before a queue file records them as relayed (see
+        // `TursoTx::commit`).
         let fired = self
             .store
+            .synced()
             .run_immediate(|conn: Connection| {
                 Box::pin(async move {
                     let mut rows = query(&conn, SCHEDULE_FIRE, (name, due, next)).await?;
@@ -1183,6 +1184,9 @@ struct TursoTx {
     /// The relayed rows this transaction deleted ([`Relay::relayed_rows`]),
     /// forgotten when it commits.
     forgot: Vec<(String, i64)>,
+    /// The connection was switched to `synchronous = FULL` for this
+    /// commit (see [`TursoTx::commit`]).
+    synced: bool,
 }
 
 impl TursoTx {
@@ -1192,7 +1196,7 @@ impl TursoTx {
         &mut self,
         op: impl std::future::Future<Output = Result<T, Failure>>,
     ) -> Result<T, TxFailure> {
-        let result = std::panic::AssertUnwindSafe(op).catch_unwind().await;
+        let result = alk_store::panic::contain(op).await;
         match result {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(Failure::Alk(e))) => Err(TxFailure::Refused(e)),
@@ -1206,7 +1210,7 @@ impl TursoTx {
                 self.store.discard(&self.handle);
                 Err(TxFailure::Failed(format!(
                     "the storage engine failed: {}",
-                    panic_text(&*panic)
+                    panic
                 )))
             }
         }
@@ -1215,28 +1219,49 @@ impl TursoTx {
     /// Ends the transaction with `sql` (`COMMIT` or `ROLLBACK`); the
     /// connection goes back to the pool when it did. The write gate is
     /// released when this returns.
-    async fn end(self, sql: &str) -> Result<(), String> {
-        let result = std::panic::AssertUnwindSafe(exec(&self.conn, sql, ()))
-            .catch_unwind()
-            .await;
+    async fn end(self, sql: &str) -> AlkResult<()> {
+        let result = alk_store::panic::contain(exec(&self.conn, sql, ())).await;
+        let commit = sql == "COMMIT";
         match result {
             Ok(Ok(_)) => {
-                if sql == "COMMIT" {
+                if commit {
                     self.relay.forgotten(&self.forgot);
                 }
-                self.store.check_in(&self.handle, self.conn);
+                // Back to the pool only with the pool's setting.
+                if !self.synced
+                    || exec(&self.conn, "PRAGMA synchronous = NORMAL", ())
+                        .await
+                        .is_ok()
+                {
+                    self.store.check_in(&self.handle, self.conn);
+                }
                 Ok(())
+            }
+            Ok(Err(e))
+                if commit
+                    && !matches!(e, turso::Error::Busy(_) | turso::Error::BusySnapshot(_)) =>
+            {
+                // An I/O failure inside COMMIT may come after the commit
+                // record reached the log.
+                crate::retry::rollback(&self.conn, self.store.path()).await;
+                self.store.discard(&self.handle);
+                Err(self.store.outcome_unknown(&e.to_string()))
             }
             Ok(Err(e)) => {
                 crate::retry::rollback(&self.conn, self.store.path()).await;
-                Err(e.to_string())
+                Err(AlkError::TransactionAborted(format!(
+                    "{sql} failed and the transaction was rolled back: {e}"
+                )))
+            }
+            Err(panic) if commit => {
+                self.store.discard(&self.handle);
+                Err(self.store.outcome_unknown(&panic))
             }
             Err(panic) => {
                 self.store.discard(&self.handle);
-                Err(format!(
-                    "the storage engine failed: {}",
-                    panic_text(&*panic)
-                ))
+                Err(AlkError::Internal(format!(
+                    "the storage engine failed while rolling back ({panic}); nothing was applied"
+                )))
             }
         }
     }
@@ -1300,10 +1325,31 @@ impl TxEngine for TursoTx {
         Ok(())
     }
 
-    async fn commit(self: Box<Self>) -> Result<(), String> {
+    async fn commit(self: Box<Self>) -> AlkResult<()> {
         let mut tx = *self;
         let sent = std::mem::take(&mut tx.sent);
         let relay = tx.relay.clone();
+        // A commit that writes relay rows is synced whatever the store's
+        // durability: a queue file records them as relayed once they are
+        // committed, and a power cut must not leave the queue file with that
+        // record and the stream file without the rows (the two files keep
+        // their own prefixes of commits). The setting is the connection's
+        // and is read at commit; `end` puts it back.
+        if !sent.is_empty() && tx.store.durability() == crate::Durability::Relaxed {
+            let conn = tx.conn.clone();
+            tx.op(async move {
+                exec(&conn, "PRAGMA synchronous = FULL", ()).await?;
+                Ok(())
+            })
+            .await
+            .map_err(|e| match e {
+                TxFailure::Refused(e) => e,
+                TxFailure::Failed(why) => AlkError::TransactionAborted(format!(
+                    "commit failed and the transaction was rolled back: {why}"
+                )),
+            })?;
+            tx.synced = true;
+        }
         tx.end("COMMIT").await?;
         // Committed, and the write gate is free again: the sends go to
         // their queues now.

@@ -13,6 +13,8 @@
 //!   its domain types, the trait an engine implements, and the type every
 //!   guest call goes through, which checks arguments, computes times,
 //!   waits, signals wakes after commits;
+//! - [`panic`]: panics inside an engine contained, and told apart from
+//!   crashes;
 //! - transactions across streams, queues, outboxes and channels ([`tx`]);
 //! - [`Engine`], what a storage engine provides, an in-memory engine
 //!   ([`memory`]) and the behaviour suite every engine must pass
@@ -34,6 +36,7 @@ pub mod memory;
 pub mod names;
 pub mod notify;
 pub mod outbox;
+pub mod panic;
 pub mod queue;
 pub mod schedule;
 pub mod stream;

@@ -972,7 +972,7 @@ impl TxEngine for MemTx {
         Ok(())
     }
 
-    async fn commit(self: Box<Self>) -> Result<(), String> {
+    async fn commit(self: Box<Self>) -> AlkResult<()> {
         let MemTx {
             guard,
             state,

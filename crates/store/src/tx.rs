@@ -64,9 +64,11 @@ pub trait TxEngine: Send {
         now: i64,
     ) -> Result<(), TxFailure>;
 
-    /// Makes everything durable and visible; on failure nothing is, and the
-    /// error says why.
-    async fn commit(self: Box<Self>) -> Result<(), String>;
+    /// Makes everything durable and visible. On failure the error says what
+    /// is true: [`AlkError::TransactionAborted`] when nothing was applied
+    /// (rolled back), [`AlkError::Internal`] saying the outcome is unknown
+    /// when the engine failed inside its commit and cannot tell.
+    async fn commit(self: Box<Self>) -> AlkResult<()>;
 
     /// Discards everything.
     async fn rollback(self: Box<Self>);
@@ -346,10 +348,8 @@ impl Tx {
             TxState::NotStarted => Ok(()),
             TxState::Open(tx, watchdog) => {
                 watchdog.abort();
-                tx.commit().await.map_err(|e| {
-                    let why = format!("commit failed and the transaction was rolled back: {e}");
-                    *state = TxState::Aborted(why.clone());
-                    AlkError::TransactionAborted(why)
+                tx.commit().await.inspect_err(|e| {
+                    *state = TxState::Aborted(e.to_string());
                 })
             }
             TxState::Finished => Err(AlkError::InvalidArgument(

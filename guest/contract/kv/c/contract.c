@@ -407,8 +407,8 @@ static bool set_if_absent_loses_on_unexpired_ttl_key(void) {
 }
 
 static bool expired_key_reads_absent(void) {
+    // Only what holds however slow the machine is (see the Rust case).
     CHECK(kv_set(b, K("short"), V("x"), TTL(20)));
-    EXPECT_VALUE(b, K("short"), &V("x"));
     outlive(20);
     EXPECT_NONE(b, K("short"));
     return true;
@@ -421,10 +421,11 @@ static bool exists_live_absent_expired(void) {
     ENSURE(there);
     CHECK(kv_exists(b, K("not-here"), &there));
     ENSURE(!there);
-    CHECK(kv_set(b, K("fading"), V("x"), TTL(250)));
-    CHECK(kv_exists(b, K("fading"), &there));
+    CHECK(kv_set(b, K("lasting"), V("x"), TTL(600000)));
+    CHECK(kv_exists(b, K("lasting"), &there));
     ENSURE(there);
-    outlive(250);
+    CHECK(kv_set(b, K("fading"), V("x"), TTL(20)));
+    outlive(20);
     CHECK(kv_exists(b, K("fading"), &there));
     ENSURE(!there);
     return true;

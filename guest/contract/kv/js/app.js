@@ -167,8 +167,8 @@ function contract() {
     ensureBytes(b.get('lease'), 'holder-1');
   });
   c.case('expired-key-reads-absent', () => {
+    // Only what holds however slow the machine is (see the Rust case).
     b.set('short', utf8.encode('x'), 20n);
-    ensure(b.get('short') !== undefined, 'absent before its TTL');
     outlive(20);
     const got = b.get('short');
     ensure(got === undefined, `got ${show(got)} after its TTL`);
@@ -177,9 +177,10 @@ function contract() {
     b.set('here', utf8.encode('x'), undefined);
     ensure(b.exists('here') === true, 'a live key does not exist');
     ensure(b.exists('not-here') === false, 'an absent key exists');
-    b.set('fading', utf8.encode('x'), 250n);
-    ensure(b.exists('fading') === true, 'a key does not exist before its TTL');
-    outlive(250);
+    b.set('lasting', utf8.encode('x'), 600000n);
+    ensure(b.exists('lasting') === true, 'a key does not exist before its TTL');
+    b.set('fading', utf8.encode('x'), 20n);
+    outlive(20);
     ensure(b.exists('fading') === false, 'an expired key exists');
   });
   c.case('set-if-absent-takes-over-expired-key', () => {

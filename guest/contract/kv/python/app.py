@@ -74,8 +74,8 @@ def contract():
         ensure(b.get("lease") == b"holder-1")
 
     def expired_key_reads_absent():
+        # Only what holds however slow the machine is (see the Rust case).
         b.set("short", b"x", ttl_ms=20)
-        ensure(b.get("short") is not None)
         outlive(20)
         ensure(b.get("short") is None)
 
@@ -83,9 +83,10 @@ def contract():
         b.set("here", b"x")
         ensure(b.exists("here") is True)
         ensure(b.exists("not-here") is False)
-        b.set("fading", b"x", ttl_ms=250)
-        ensure(b.exists("fading") is True)
-        outlive(250)
+        b.set("lasting", b"x", ttl_ms=600_000)
+        ensure(b.exists("lasting") is True)
+        b.set("fading", b"x", ttl_ms=20)
+        outlive(20)
         ensure(b.exists("fading") is False)
 
     def set_if_absent_takes_over_expired_key():

@@ -330,3 +330,21 @@ impl Rng {
         lo + self.below(1_000_000) as f64 / 1_000_000.0 * (hi - lo)
     }
 }
+
+/// Every store file (`*.sqlite`) under `dir`, sorted.
+pub fn sqlite_store_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "sqlite") {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}

@@ -69,22 +69,14 @@ fn check_clean(who: &str, out: &Output, problems: &mut Vec<String>) {
 /// Every store file under `dir` passes stock SQLite's integrity check
 /// (read from a copy, once every process is gone).
 fn check_files(dir: &Path, problems: &mut Vec<String>) {
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.extension().is_some_and(|x| x == "sqlite") {
-                let checked = sqlite_schema("store", &p);
-                if checked["integrity"] != "ok" {
-                    problems.push(format!(
-                        "{}: integrity {}",
-                        p.display(),
-                        checked["integrity"]
-                    ));
-                }
-            }
+    for p in sqlite_store_files(dir) {
+        let checked = sqlite_schema("store", &p);
+        if checked["integrity"] != "ok" {
+            problems.push(format!(
+                "{}: integrity {}",
+                p.display(),
+                checked["integrity"]
+            ));
         }
     }
 }

@@ -20,7 +20,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Read};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -457,24 +457,6 @@ fn check(h: &mut History, d: &Dump, full: bool) -> Checked {
     c
 }
 
-/// Every store file (`*.sqlite`) under `dir`.
-fn store_files(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.extension().is_some_and(|x| x == "sqlite") {
-                out.push(p);
-            }
-        }
-    }
-    out.sort();
-    out
-}
-
 /// Stock SQLite's `integrity_check` of a copy of `file` (and its WAL).
 fn integrity(file: &Path) -> String {
     let out = Command::new(python())
@@ -650,7 +632,7 @@ fn power_cuts(durability: &str, cuts: u64) {
         let dropped = fs.cut().unwrap_or_else(|e| panic!("{e}"));
         // Stock SQLite on a copy of each store, as the cut left it.
         let mut failing = 0;
-        for file in store_files(&fs.live_dir()) {
+        for file in sqlite_store_files(&fs.live_dir()) {
             let verdict = integrity(&file);
             if verdict != "ok" {
                 failing += 1;

@@ -9,7 +9,7 @@
 //! same tests with `ALK_SOAK_RUNS` (runs per configuration), `ALK_SOAK_MS`
 //! (how long producers produce) and `ALK_SOAK_BATCH` (worker batch) set.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -19,23 +19,6 @@ use crate::common::*;
 mod mix;
 
 use mix::{Mix, Role};
-
-/// Every store file under `dir`.
-fn store_files(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.extension().is_some_and(|x| x == "sqlite") {
-                out.push(p);
-            }
-        }
-    }
-    out
-}
 
 /// The `alk-host run soak …` process of a role.
 fn soak_command(dir: &Path, durability: &str, role: &Role) -> Command {
@@ -65,7 +48,7 @@ fn repeat(mix: &Mix, durability: &str, runs: usize) {
         let dir = tempfile::tempdir().unwrap();
         let mut r = mix::run(mix, &|role| soak_command(dir.path(), durability, role));
         // Every file is whole, read by stock SQLite once every process is gone.
-        for file in store_files(dir.path()) {
+        for file in sqlite_store_files(dir.path()) {
             let checked = sqlite_schema("store", &file);
             if checked["integrity"] != "ok" {
                 r.problems.push(format!(

@@ -914,7 +914,7 @@ impl Store {
                     if let (Some(why), Ok(_)) = (&rebuilt, &result) {
                         tracing::warn!(
                             target: "alk",
-                            "{}: the store's coordination file was damaged ({why}); no process was using the store, so it was rebuilt (it holds no data)",
+                            "{}: the store's coordination file was damaged or out of step with the log, as after a crash of the machine ({why}); no process was using the store, so it was rebuilt (it holds no data)",
                             sibling(path, "-tshm").display()
                         );
                     }

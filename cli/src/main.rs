@@ -19,7 +19,7 @@ fn main() -> ExitCode {
     // the log): it is not printed here as well.
     if std::env::var_os("RUST_BACKTRACE").is_none() {
         std::panic::set_hook(Box::new(|info| {
-            if alk_host::panic_is_contained() {
+            if alk_host::store::panic::is_contained() {
                 return;
             }
             let what = info

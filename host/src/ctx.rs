@@ -1,5 +1,6 @@
 //! [`AlkCtx`], its builder, and the view that host bindings run on.
 
+#[cfg(feature = "turso")]
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -8,6 +9,7 @@ use alk_store::lock::Locks;
 use alk_store::schedule::Schedules;
 use alk_store::stream::Streams;
 use alk_store::{AlkError, AlkResult, Clock, Engine, Limits, SystemClock};
+#[cfg(feature = "turso")]
 use alk_store_turso::{Durability, NewKv, NewQueues, RetryPolicy, StoreOptions, TursoEngine};
 use wasmtime::component::ResourceTable;
 
@@ -71,8 +73,8 @@ impl std::fmt::Debug for AlkCtx {
 
 impl AlkCtx {
     /// A builder with the defaults: the file engine on data directory
-    /// `.alk` (relative to the current directory), default limits, the
-    /// system clock.
+    /// `.alk` (relative to the current directory) when the `turso` feature
+    /// is on, default limits, the system clock.
     pub fn builder() -> AlkCtxBuilder {
         AlkCtxBuilder::default()
     }
@@ -146,13 +148,12 @@ impl AlkCtx {
 #[derive(Clone)]
 pub struct AlkCtxBuilder {
     engine: Option<Arc<dyn Engine>>,
+    #[cfg(feature = "turso")]
     data_dir: PathBuf,
+    #[cfg(feature = "turso")]
+    store: StoreOptions,
     limits: Limits,
     clock: Arc<dyn Clock>,
-    retry: RetryPolicy,
-    durability: Durability,
-    new_queues: NewQueues,
-    new_kv: NewKv,
     keyvalue_bucket: String,
 }
 
@@ -160,13 +161,12 @@ impl Default for AlkCtxBuilder {
     fn default() -> Self {
         AlkCtxBuilder {
             engine: None,
+            #[cfg(feature = "turso")]
             data_dir: PathBuf::from(".alk"),
+            #[cfg(feature = "turso")]
+            store: StoreOptions::default(),
             limits: Limits::default(),
             clock: Arc::new(SystemClock),
-            retry: RetryPolicy::default(),
-            durability: Durability::default(),
-            new_queues: NewQueues::default(),
-            new_kv: NewKv::default(),
             keyvalue_bucket: crate::keyvalue::DEFAULT_BUCKET.to_string(),
         }
     }
@@ -175,6 +175,7 @@ impl Default for AlkCtxBuilder {
 impl AlkCtxBuilder {
     /// Keeps the data in turso files under `dir` (created on first use, not
     /// before), the default engine. Replaces an [`AlkCtxBuilder::engine`].
+    #[cfg(feature = "turso")]
     pub fn data_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.data_dir = dir.into();
         self.engine = None;
@@ -196,16 +197,25 @@ impl AlkCtxBuilder {
         self.clock = clock;
         self
     }
+    /// Every option of the file engine at once (retry policy, durability,
+    /// formats of new stores).
+    #[cfg(feature = "turso")]
+    pub fn store_options(mut self, options: StoreOptions) -> Self {
+        self.store = options;
+        self
+    }
     /// How contended operations of the file engine are retried before
     /// `busy` is returned.
+    #[cfg(feature = "turso")]
     pub fn retry(mut self, retry: RetryPolicy) -> Self {
-        self.retry = retry;
+        self.store.retry = retry;
         self
     }
     /// When commits of the file engine count as done; [`Durability::Full`]
     /// by default.
+    #[cfg(feature = "turso")]
     pub fn durability(mut self, durability: Durability) -> Self {
-        self.durability = durability;
+        self.store.durability = durability;
         self
     }
 
@@ -213,17 +223,19 @@ impl AlkCtxBuilder {
     /// `localqueue.v2` (every job option) by default, or `localqueue.v1`
     /// for a data directory shared with a program that reads only v1.
     /// Existing files keep their format either way (see
-    /// [`crate::migrate_queue`]).
+    /// [`alk_store_turso::migrate_queue`]).
+    #[cfg(feature = "turso")]
     pub fn new_queues(mut self, new_queues: NewQueues) -> Self {
-        self.new_queues = new_queues;
+        self.store.new_queues = new_queues;
         self
     }
     /// The format of kv bucket files the default engine creates:
     /// `localkv.v1` by default, or `localkv.v2` (a version per put).
     /// Existing files keep their format either way (see
-    /// [`crate::migrate_kv`]).
+    /// [`alk_store_turso::migrate_kv`]).
+    #[cfg(feature = "turso")]
     pub fn new_kv(mut self, new_kv: NewKv) -> Self {
-        self.new_kv = new_kv;
+        self.store.new_kv = new_kv;
         self
     }
 
@@ -235,19 +247,19 @@ impl AlkCtxBuilder {
         self
     }
 
-    /// The context.
+    /// The context. Without an [`AlkCtxBuilder::engine`] it keeps its data
+    /// in the file engine on [`AlkCtxBuilder::data_dir`]; in a build without
+    /// the `turso` feature every store call then fails with a
+    /// `store-setup` error saying an engine must be given.
     pub fn build(self) -> AlkCtx {
-        let engine = self.engine.unwrap_or_else(|| {
-            Arc::new(TursoEngine::new(
-                self.data_dir,
-                StoreOptions {
-                    retry: self.retry,
-                    durability: self.durability,
-                    new_queues: self.new_queues,
-                    new_kv: self.new_kv,
-                },
-            ))
-        });
+        #[cfg(feature = "turso")]
+        let engine = self
+            .engine
+            .unwrap_or_else(|| Arc::new(TursoEngine::new(self.data_dir, self.store)));
+        #[cfg(not(feature = "turso"))]
+        let engine = self
+            .engine
+            .unwrap_or_else(|| Arc::new(crate::no_engine::NoEngine));
         AlkCtx {
             engine,
             limits: self.limits,

@@ -1,28 +1,45 @@
 //! `alk-host`: a WebAssembly component host that gives guests durable,
-//! shared coordination storage through the `alk:store` WIT package.
+//! shared coordination storage through the `alk:store` WIT package (and the
+//! `wasi:keyvalue` drafts over the same buckets).
 //!
 //! The data is kept by an [`Engine`] behind the engine-neutral rules of
-//! [`alk_store`]: by default [`TursoEngine`], turso database files in
-//! multi-process WAL mode under one data directory, so several host
-//! processes (and several guests in one process) share them safely; or
-//! [`PostgresEngine`], one schema of a PostgreSQL database shared by hosts on
-//! many machines. Any engine can be passed to [`AlkCtxBuilder::engine`]:
+//! [`store`] (the `alk-store` crate, re-exported so that an embedder needs
+//! one dependency). The engines are cargo features:
 //!
-//! ```no_run
-//! # async fn f() -> Result<(), alk_host::AlkError> {
-//! use std::sync::Arc;
-//! use alk_host::{AlkCtx, PostgresEngine};
-//! let engine = PostgresEngine::connect_url("postgres://alk:secret@db.internal:5432/app").await?;
-//! let ctx = AlkCtx::builder().engine(Arc::new(engine)).build();
-//! # Ok(()) }
-//! ```
+//! | feature | engine | where the data is |
+//! |---|---|---|
+//! | `turso` (default) | [`TursoEngine`] | turso files in multi-process WAL mode under a data directory, shared by every process on the machine |
+//! | `postgres` | `PostgresEngine` | one schema of a PostgreSQL database, shared by hosts on many machines |
+//! | (always) | [`MemoryEngine`] | this process's memory, gone with it (tests, ephemeral plugins) |
 //!
-//! # Embedding
+//! A build without `postgres` has no PostgreSQL client in its tree; a build
+//! without `turso` has no turso, and a context must then be given an engine
+//! ([`AlkCtxBuilder::engine`]). Any type implementing [`Engine`] can be
+//! given, an engine of your own included; `alk_store::conformance` is the
+//! suite it must pass.
 //!
-//! Give your store data an [`AlkCtx`] and a resource table, implement
-//! [`AlkView`] (and `wasmtime_wasi::WasiView` when the guest uses WASI), and
-//! call the `add_to_linker` of the world your guests target — here the
-//! all-in one, [`add_to_linker`]:
+//! # The public face
+//!
+//! - a context per guest instance and its linkers: [`AlkCtx`] (built by
+//!   [`AlkCtxBuilder`]), [`AlkView`] / [`AlkCtxView`], [`add_to_linker`] for
+//!   the all-in world, [`worlds`] for a world per capability, [`keyvalue`]
+//!   for the `wasi:keyvalue` drafts, [`bindings`] and [`HasAlk`] for
+//!   linking single interfaces with an accessor of your own;
+//! - a whole command run in one call: [`Runner`] with [`RunOptions`];
+//! - engines: [`Engine`], [`MemoryEngine`], [`TursoEngine`] with
+//!   [`StoreOptions`], `PostgresEngine` with `PostgresOptions`, and the
+//!   engine crates themselves ([`turso`], `postgres`) for what only one
+//!   engine has (format migrations, URL handling);
+//! - the core's types for driving stores from Rust ([`store`]: queues,
+//!   streams, the schedule runner, the outbox relay), its [`AlkError`],
+//!   [`Limits`] and clocks.
+//!
+//! # Embedding shapes
+//!
+//! **A plugin system on files.** Give your store data an [`AlkCtx`] and a
+//! resource table, implement [`AlkView`] (and `wasmtime_wasi::WasiView` when
+//! the guest uses WASI), and call the `add_to_linker` of the world your
+//! guests target — here the all-in one, [`add_to_linker`]:
 //!
 //! ```no_run
 //! use alk_host::{AlkCtx, AlkCtxView, AlkView};
@@ -70,14 +87,61 @@
 //! # }
 //! ```
 //!
-//! To link one interface with an accessor of your own instead of
-//! [`AlkView`], use the `add_to_linker_with` of its module (for example
-//! [`kv::add_to_linker_with`]) or [`add_to_linker_with`]; the generated
-//! [`bindings`] and their [`HasAlk`] marker are public for the same reason.
+//! **One capability, an accessor of your own.** A guest built against
+//! `alk:store/kv-imports` needs only that world; link it through a closure
+//! instead of [`AlkView`]:
 //!
-//! To run a command component with everything linked, [`Runner`] does the
-//! above (plus memory and time limits) in one call; it is what
-//! `alk-host run` uses.
+//! ```no_run
+//! # use alk_host::{AlkCtx, AlkCtxView};
+//! # use wasmtime::component::{Linker, ResourceTable};
+//! struct State { alk: AlkCtx, table: ResourceTable }
+//! # fn f(engine: &wasmtime::Engine) -> wasmtime::Result<()> {
+//! let mut linker = Linker::<State>::new(engine);
+//! alk_host::worlds::kv::add_to_linker_with(&mut linker, |s: &mut State| AlkCtxView {
+//!     ctx: &mut s.alk,
+//!     table: &mut s.table,
+//! })?;
+//! # Ok(()) }
+//! ```
+//!
+//! **Whole runs in one call, on another engine.** [`Runner`] links
+//! everything, applies memory and time limits and runs a command
+//! component; it is what `alk-host run` uses. Tests and ephemeral plugins
+//! can keep their data in memory:
+//!
+//! ```no_run
+//! # async fn f() -> wasmtime::Result<()> {
+//! use std::sync::Arc;
+//! use alk_host::{AlkCtx, MemoryEngine, RunOptions, Runner};
+//! let runner = Runner::new()?;
+//! let component = runner.load("app.wasm".as_ref())?;
+//! let ctx = AlkCtx::builder().engine(Arc::new(MemoryEngine::new())).build();
+//! let outcome = runner.run(&component, "app", ctx, &RunOptions::default()).await?;
+//! println!("exit code {}", outcome.exit_code());
+//! # Ok(()) }
+//! ```
+//!
+//! With the `postgres` feature, hosts on many machines share one database:
+//!
+//! ```ignore
+//! use std::sync::Arc;
+//! use alk_host::{AlkCtx, PostgresEngine};
+//! let engine = PostgresEngine::connect_url("postgres://alk:secret@db.internal:5432/app").await?;
+//! let ctx = AlkCtx::builder().engine(Arc::new(engine)).build();
+//! ```
+//!
+//! **Stores from Rust, without a guest.** The core's types take the same
+//! engine: a producer process can send jobs that guests receive.
+//!
+//! ```no_run
+//! # async fn f() -> alk_host::AlkResult<()> {
+//! use alk_host::store::queue::{Payload, Queue};
+//! use alk_host::{Clock, Engine, SystemClock, TursoEngine, StoreOptions};
+//! let engine = TursoEngine::new("data", StoreOptions::default());
+//! let jobs = Queue::open(&engine, "jobs").await?;
+//! jobs.send(&Payload::Json(r#"{"order":1}"#.into()), SystemClock.now_ms()).await?;
+//! # Ok(()) }
+//! ```
 
 #![deny(missing_docs)]
 
@@ -116,61 +180,78 @@ pub mod bindings;
 mod ctx;
 mod error;
 pub mod keyvalue;
-pub mod kv;
-pub mod lock;
-pub mod notify;
-pub mod outbox;
-pub mod queue;
+mod kv;
+mod lock;
+#[cfg(not(feature = "turso"))]
+mod no_engine;
+mod notify;
+mod outbox;
+mod queue;
 mod run;
-pub mod schedule;
-pub mod stream;
-pub mod tx;
+mod schedule;
+mod stream;
+mod tx;
 
-pub use alk_store::outbox::{Outbox, RunOnce};
-pub use alk_store::panic::is_contained as panic_is_contained;
-pub use alk_store::schedule::{RunReport, RunnerEvent, RunnerOptions, Schedules};
-pub use alk_store::tx::Tx;
-pub use alk_store::{
-    AlkError, AlkResult, Clock, Engine, KvLimits, Limits, ManualClock, StreamLimits, SystemClock,
-};
-pub use alk_store_postgres::{
-    PostgresEngine, PostgresOptions, is_postgres_url, redact as redact_url,
-};
-
-/// The scheduler runner's defaults.
-pub mod schedule_defaults {
-    /// How long the leadership lasts without renewal (milliseconds).
-    pub const LEADER_TTL_MS: u64 = alk_store::schedule::DEFAULT_LEADER_TTL_MS;
-    /// Most jobs one schedule sends for missed boundaries.
-    pub const CATCH_UP: u32 = alk_store::schedule::DEFAULT_CATCH_UP;
+/// A world per capability (`alk:store/<name>-imports`: the `types`
+/// interface and the capability's own), for guests that import only one:
+/// each module has `add_to_linker` (through [`AlkView`]) and
+/// `add_to_linker_with` (through an accessor of your own).
+pub mod worlds {
+    /// `alk:store/kv-imports`.
+    pub mod kv {
+        pub use crate::kv::{add_to_linker, add_to_linker_with};
+    }
+    /// `alk:store/queue-imports`.
+    pub mod queue {
+        pub use crate::queue::{add_to_linker, add_to_linker_with};
+    }
+    /// `alk:store/stream-imports`.
+    pub mod stream {
+        pub use crate::stream::{add_to_linker, add_to_linker_with};
+    }
+    /// `alk:store/lock-imports`.
+    pub mod lock {
+        pub use crate::lock::{add_to_linker, add_to_linker_with};
+    }
+    /// `alk:store/notify-imports`.
+    pub mod notify {
+        pub use crate::notify::{add_to_linker, add_to_linker_with};
+    }
+    /// `alk:store/tx-imports`.
+    pub mod tx {
+        pub use crate::tx::{add_to_linker, add_to_linker_with};
+    }
+    /// `alk:store/outbox-imports`.
+    pub mod outbox {
+        pub use crate::outbox::{add_to_linker, add_to_linker_with};
+    }
+    /// `alk:store/schedule-imports`.
+    pub mod schedule {
+        pub use crate::schedule::{add_to_linker, add_to_linker_with};
+    }
 }
-pub use alk_store_turso::kv::Migrated as MigratedKv;
-pub use alk_store_turso::queue::Migrated;
-pub use alk_store_turso::{Durability, NewKv, NewQueues, RetryPolicy, TursoEngine};
 
-/// Moves bucket `name` under `data_dir` from `localkv.v1` to `localkv.v2`
-/// (every key, value and expiry kept, each given a version), in one
-/// transaction. Refused with `busy` while any process — this one included
-/// — has the bucket open: run it before the host uses the bucket.
-pub async fn migrate_kv(
-    data_dir: &std::path::Path,
-    name: &str,
-) -> alk_store::AlkResult<MigratedKv> {
-    alk_store::names::check_name("bucket", name)?;
-    alk_store_turso::kv::KvStore::migrate(data_dir, name, RetryPolicy::default()).await
-}
+/// The engine-neutral core (`alk-store`): its capability types drive the
+/// stores from Rust (queues, streams, the schedule runner, the outbox
+/// relay), its `conformance` suite checks an engine of your own.
+pub use alk_store as store;
+pub use alk_store::memory::MemoryEngine;
+pub use alk_store::{AlkError, AlkResult, Clock, Engine, Limits, ManualClock, SystemClock};
 
-/// Moves queue `name` under `data_dir` from `localqueue.v1` to
-/// `localqueue.v2` (ids, attempts, receipts and due times kept), in one
-/// transaction. Refused with `busy` while any process — this one included —
-/// has the queue open: run it before the host uses the queue.
-pub async fn migrate_queue(
-    data_dir: &std::path::Path,
-    name: &str,
-) -> alk_store::AlkResult<Migrated> {
-    alk_store::names::check_name("queue", name)?;
-    alk_store_turso::queue::QueueStore::migrate(data_dir, name, RetryPolicy::default()).await
-}
+/// The file engine (`alk-store-turso`): format migrations, retry policy and
+/// format choices beyond [`StoreOptions`].
+#[cfg(feature = "turso")]
+pub use alk_store_turso as turso;
+#[cfg(feature = "turso")]
+pub use alk_store_turso::{Durability, StoreOptions, TursoEngine};
+
+/// The Postgres engine (`alk-store-postgres`): URL handling and its
+/// options.
+#[cfg(feature = "postgres")]
+pub use alk_store_postgres as postgres;
+#[cfg(feature = "postgres")]
+pub use alk_store_postgres::{PostgresEngine, PostgresOptions};
+
 pub use ctx::{AlkCtx, AlkCtxBuilder, AlkCtxView, AlkView};
 pub use error::CallError;
 pub use run::{RunOptions, RunOutcome, RunState, RunStatus, Runner};

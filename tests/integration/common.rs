@@ -193,18 +193,22 @@ impl StoreArgs for Store {
     }
 }
 
-/// One test per engine for a test body that takes a [`Store`].
+/// One test per engine for each test body that takes a [`Store`]: body
+/// `b` becomes the tests `b::on_files` and `b::on_postgres`. The engines
+/// are named here and nowhere else; a new engine is one more line.
 macro_rules! on_every_engine {
-    ($($body:ident => $files:ident, $postgres:ident;)*) => {
+    ($($body:ident;)*) => {
         $(
-            #[test]
-            fn $files() {
-                $body(&$crate::common::Store::dir());
-            }
+            mod $body {
+                #[test]
+                fn on_files() {
+                    super::$body(&$crate::common::Store::dir());
+                }
 
-            #[test]
-            fn $postgres() {
-                $body(&$crate::common::Store::postgres());
+                #[test]
+                fn on_postgres() {
+                    super::$body(&$crate::common::Store::postgres());
+                }
             }
         )*
     };

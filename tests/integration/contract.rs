@@ -130,29 +130,35 @@ fn through_cli(interface: &str, language: &str, store: Store, store_dir: &str) {
     }
 }
 
-/// One test per (interface, language, way in); the list the folder check
-/// below compares with what is on disk.
+/// One test per (interface, language, way in): row `name` becomes the
+/// tests `name::through_library`, `name::on_the_memory_engine`,
+/// `name::through_cli` (files) and `name::on_postgres`. The ways in, and so
+/// the engines, are named here once; the rows name only guests.
 macro_rules! contracts {
-    ($( $iface:literal $lang:literal $store:literal => $lib:ident, $cli:ident, $mem:ident, $pg:ident; )*) => {
+    ($( $iface:literal $lang:literal $store:literal => $name:ident; )*) => {
         $(
-            #[test]
-            fn $lib() {
-                through_library($iface, $lang);
-            }
+            mod $name {
+                use super::{Store, on_the_memory_engine as memory, through_cli as cli, through_library as library};
 
-            #[test]
-            fn $mem() {
-                on_the_memory_engine($iface, $lang);
-            }
+                #[test]
+                fn through_library() {
+                    library($iface, $lang);
+                }
 
-            #[test]
-            fn $cli() {
-                through_cli($iface, $lang, Store::dir(), $store);
-            }
+                #[test]
+                fn on_the_memory_engine() {
+                    memory($iface, $lang);
+                }
 
-            #[test]
-            fn $pg() {
-                through_cli($iface, $lang, Store::postgres(), $store);
+                #[test]
+                fn through_cli() {
+                    cli($iface, $lang, Store::dir(), $store);
+                }
+
+                #[test]
+                fn on_postgres() {
+                    cli($iface, $lang, Store::postgres(), $store);
+                }
             }
         )*
 
@@ -161,20 +167,20 @@ macro_rules! contracts {
 }
 
 contracts! {
-    "kv" "rust" "kv" => kv_rust_through_library, kv_rust_through_cli, kv_rust_on_the_memory_engine, kv_rust_on_postgres;
-    "kv" "python" "kv" => kv_python_through_library, kv_python_through_cli, kv_python_on_the_memory_engine, kv_python_on_postgres;
-    "kv" "js" "kv" => kv_js_through_library, kv_js_through_cli, kv_js_on_the_memory_engine, kv_js_on_postgres;
-    "kv" "c" "kv" => kv_c_through_library, kv_c_through_cli, kv_c_on_the_memory_engine, kv_c_on_postgres;
-    "queue" "rust" "queue" => queue_rust_through_library, queue_rust_through_cli, queue_rust_on_the_memory_engine, queue_rust_on_postgres;
-    "queue" "python" "queue" => queue_python_through_library, queue_python_through_cli, queue_python_on_the_memory_engine, queue_python_on_postgres;
-    "stream" "rust" "stream" => stream_rust_through_library, stream_rust_through_cli, stream_rust_on_the_memory_engine, stream_rust_on_postgres;
-    "stream" "python" "stream" => stream_python_through_library, stream_python_through_cli, stream_python_on_the_memory_engine, stream_python_on_postgres;
-    "lock" "rust" "lock" => lock_rust_through_library, lock_rust_through_cli, lock_rust_on_the_memory_engine, lock_rust_on_postgres;
-    "lock" "python" "lock" => lock_python_through_library, lock_python_through_cli, lock_python_on_the_memory_engine, lock_python_on_postgres;
-    "notify" "rust" "wake" => notify_rust_through_library, notify_rust_through_cli, notify_rust_on_the_memory_engine, notify_rust_on_postgres;
-    "notify" "python" "wake" => notify_python_through_library, notify_python_through_cli, notify_python_on_the_memory_engine, notify_python_on_postgres;
-    "tx" "rust" "stream" => tx_rust_through_library, tx_rust_through_cli, tx_rust_on_the_memory_engine, tx_rust_on_postgres;
-    "tx" "python" "stream" => tx_python_through_library, tx_python_through_cli, tx_python_on_the_memory_engine, tx_python_on_postgres;
+    "kv" "rust" "kv" => kv_rust;
+    "kv" "python" "kv" => kv_python;
+    "kv" "js" "kv" => kv_js;
+    "kv" "c" "kv" => kv_c;
+    "queue" "rust" "queue" => queue_rust;
+    "queue" "python" "queue" => queue_python;
+    "stream" "rust" "stream" => stream_rust;
+    "stream" "python" "stream" => stream_python;
+    "lock" "rust" "lock" => lock_rust;
+    "lock" "python" "lock" => lock_python;
+    "notify" "rust" "wake" => notify_rust;
+    "notify" "python" "wake" => notify_python;
+    "tx" "rust" "stream" => tx_rust;
+    "tx" "python" "stream" => tx_python;
 }
 
 /// Every guest folder under `guest/contract` has its tests above, and

@@ -7,7 +7,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use alk_host::{Engine, Outbox};
+use alk_host::Engine;
+use alk_host::store::outbox::Outbox;
 use alk_store::queue::{Payload, Queue};
 use alk_store::schedule::Schedules;
 use alk_store::stream::Streams;
@@ -568,9 +569,9 @@ fn a_stopped_runner_gives_the_leadership_back(d: &Store) {
 }
 
 on_every_engine! {
-    a_stopped_runner_gives_the_leadership_back => a_stopped_runner_gives_the_leadership_back_on_files, a_stopped_runner_gives_the_leadership_back_on_postgres;
-    transactions_are_exactly_once_under_kill_9 => transactions_are_exactly_once_under_kill_9_on_files, transactions_are_exactly_once_under_kill_9_on_postgres;
-    relaxed_transactions_are_exactly_once_under_kill_9 => relaxed_transactions_are_exactly_once_under_kill_9_on_files, relaxed_transactions_are_exactly_once_under_kill_9_on_postgres;
-    a_rolled_back_transaction_leaves_nothing_anywhere => a_rolled_back_transaction_leaves_nothing_anywhere_on_files, a_rolled_back_transaction_leaves_nothing_anywhere_on_postgres;
-    scheduler_runners_elect_one_leader_across_processes => scheduler_runners_elect_one_leader_across_processes_on_files, scheduler_runners_elect_one_leader_across_processes_on_postgres;
+    a_stopped_runner_gives_the_leadership_back;
+    transactions_are_exactly_once_under_kill_9;
+    relaxed_transactions_are_exactly_once_under_kill_9;
+    a_rolled_back_transaction_leaves_nothing_anywhere;
+    scheduler_runners_elect_one_leader_across_processes;
 }

@@ -12,14 +12,20 @@ use crate::common::*;
 /// A project in `dir` that depends on `<repo>/host` by path, with the
 /// workspace's `Cargo.lock` (same versions, resolvable offline).
 fn outside_project(dir: &Path) -> PathBuf {
-    let project = dir.join("embedder");
+    outside_project_with(dir, "embedder", "")
+}
+
+/// [`outside_project`] named `name`, with `extra` added to the dependency
+/// on `alk-host` (its features).
+fn outside_project_with(dir: &Path, name: &str, extra: &str) -> PathBuf {
+    let project = dir.join(name);
     std::fs::create_dir_all(project.join("src")).unwrap();
     let host = root().join("host");
     std::fs::write(
         project.join("Cargo.toml"),
         format!(
-            "[package]\nname = \"embedder\"\nversion = \"0.0.0\"\nedition = \"2024\"\npublish = false\n\n\
-             [dependencies]\nalk-host = {{ path = {host:?} }}\n\n\
+            "[package]\nname = \"{name}\"\nversion = \"0.0.0\"\nedition = \"2024\"\npublish = false\n\n\
+             [dependencies]\nalk-host = {{ path = {host:?}{extra} }}\n\n\
              # Its own workspace, whatever directory the temporary one is in.\n[workspace]\n",
             host = host.display().to_string(),
         ),
@@ -125,5 +131,54 @@ fn an_outside_project_gets_exactly_the_vendored_turso_core() {
             !entry.contains("source = "),
             "{name} must be the vendored copy (it depends on turso_core): {entry}"
         );
+    }
+}
+
+/// The packages of a `cargo tree --prefix none` listing, by name.
+fn packages(tree: &str) -> std::collections::BTreeSet<String> {
+    tree.lines()
+        .filter_map(|l| l.split(' ').next())
+        .map(str::to_string)
+        .collect()
+}
+
+/// The engines are cargo features of `alk-host`: an embedder compiles only
+/// the ones it asks for. By default it gets the file engine and no
+/// PostgreSQL client; with `postgres` alone, no turso.
+#[test]
+fn an_outside_project_compiles_only_the_engines_it_asks_for() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, extra, postgres, turso) in [
+        ("default", "", false, true),
+        ("both", ", features = [\"postgres\"]", true, true),
+        (
+            "postgres-only",
+            ", default-features = false, features = [\"postgres\"]",
+            true,
+            false,
+        ),
+        ("none", ", default-features = false", false, false),
+    ] {
+        let project = outside_project_with(dir.path(), name, extra);
+        let tree = cargo_in(
+            &project,
+            dir.path(),
+            &["tree", "-e", "normal", "--prefix", "none"],
+        );
+        let found = packages(&tree);
+        for (package, wanted) in [
+            ("tokio-postgres", postgres),
+            ("alk-store-postgres", postgres),
+            ("turso_core", turso),
+            ("alk-store-turso", turso),
+        ] {
+            assert_eq!(
+                found.contains(package),
+                wanted,
+                "alk-host with `{extra}`: {package} in the tree is {}, wanted {wanted}:\n{tree}",
+                found.contains(package)
+            );
+        }
+        assert!(found.contains("alk-store"), "{tree}");
     }
 }

@@ -44,7 +44,7 @@ fn run_hello(alk: AlkCtx, visitor: &str) -> String {
         let engine = Engine::new(&Config::new()).unwrap();
         let mut linker = Linker::<Plugin>::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).unwrap();
-        alk_host::kv::add_to_linker_with(&mut linker, alk_of).unwrap();
+        alk_host::worlds::kv::add_to_linker_with(&mut linker, alk_of).unwrap();
         let out = MemoryOutputPipe::new(1 << 20);
         let plugin = Plugin {
             wasi: WasiCtx::builder()

@@ -249,9 +249,9 @@ fn retries_and_dead_letters_survive_killed_consumers(d: &Store) {
 }
 
 on_every_engine! {
-    a_guest_built_against_0_1_0_runs_unchanged => a_guest_built_against_0_1_0_runs_unchanged_on_files, a_guest_built_against_0_1_0_runs_unchanged_on_postgres;
-    groups_are_served_in_turn_across_processes => groups_are_served_in_turn_across_processes_on_files, groups_are_served_in_turn_across_processes_on_postgres;
-    retries_and_dead_letters_survive_killed_consumers => retries_and_dead_letters_survive_killed_consumers_on_files, retries_and_dead_letters_survive_killed_consumers_on_postgres;
+    a_guest_built_against_0_1_0_runs_unchanged;
+    groups_are_served_in_turn_across_processes;
+    retries_and_dead_letters_survive_killed_consumers;
 }
 
 fn migrate(dir: &std::path::Path, name: &str) -> std::process::Output {

@@ -87,10 +87,8 @@ fn draft2_behaves_as_documented(store: &Store) {
 }
 
 on_every_engine! {
-    wasmtimes_keyvalue_main_passes_and_its_data_is_alk_data =>
-        keyvalue_main_through_the_cli_on_files, keyvalue_main_through_the_cli_on_postgres;
-    draft2_behaves_as_documented =>
-        keyvalue_draft2_on_files, keyvalue_draft2_on_postgres;
+    wasmtimes_keyvalue_main_passes_and_its_data_is_alk_data;
+    draft2_behaves_as_documented;
 }
 
 /// The same on `localkv.v2` buckets, where compare-and-swap compares
@@ -259,11 +257,8 @@ fn cas_races_have_one_winner_per_round_across_4_processes_on_postgres() {
 }
 
 on_every_engine! {
-    increments_from_four_processes_all_count =>
-        increments_from_4_processes_all_count_on_files, increments_from_4_processes_all_count_on_postgres;
-    paging_sees_every_stable_key_once_while_others_write =>
-        paging_across_processes_sees_every_stable_key_once_on_files,
-        paging_across_processes_sees_every_stable_key_once_on_postgres;
+    increments_from_four_processes_all_count;
+    paging_sees_every_stable_key_once_while_others_write;
 }
 
 /// An embedder's default bucket that is no valid or allowed bucket name:

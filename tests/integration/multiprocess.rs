@@ -72,5 +72,5 @@ fn conditional_set_has_exactly_one_winner_per_key_across_processes(store: &Store
 }
 
 on_every_engine! {
-    conditional_set_has_exactly_one_winner_per_key_across_processes => conditional_set_has_exactly_one_winner_per_key_across_processes_on_files, conditional_set_has_exactly_one_winner_per_key_across_processes_on_postgres;
+    conditional_set_has_exactly_one_winner_per_key_across_processes;
 }

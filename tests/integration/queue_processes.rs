@@ -167,6 +167,6 @@ fn a_killed_consumers_messages_are_redelivered_and_nothing_is_lost(d: &Store) {
 }
 
 on_every_engine! {
-    messages_cross_processes_exactly_once_with_none_lost => messages_cross_processes_exactly_once_with_none_lost_on_files, messages_cross_processes_exactly_once_with_none_lost_on_postgres;
-    a_killed_consumers_messages_are_redelivered_and_nothing_is_lost => a_killed_consumers_messages_are_redelivered_and_nothing_is_lost_on_files, a_killed_consumers_messages_are_redelivered_and_nothing_is_lost_on_postgres;
+    messages_cross_processes_exactly_once_with_none_lost;
+    a_killed_consumers_messages_are_redelivered_and_nothing_is_lost;
 }

@@ -123,6 +123,6 @@ fn a_killed_consumer_resumes_from_its_saved_offset_without_skipping(d: &Store) {
 }
 
 on_every_engine! {
-    every_consumer_sees_every_event_once_in_offset_order => every_consumer_sees_every_event_once_in_offset_order_on_files, every_consumer_sees_every_event_once_in_offset_order_on_postgres;
-    a_killed_consumer_resumes_from_its_saved_offset_without_skipping => a_killed_consumer_resumes_from_its_saved_offset_without_skipping_on_files, a_killed_consumer_resumes_from_its_saved_offset_without_skipping_on_postgres;
+    every_consumer_sees_every_event_once_in_offset_order;
+    a_killed_consumer_resumes_from_its_saved_offset_without_skipping;
 }

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use std::sync::Arc;
 
+use alk_host::turso::{NewKv, NewQueues};
 use alk_host::{
-    AlkCtx, AlkError, Durability, NewKv, NewQueues, PostgresEngine, PostgresOptions, RunOptions,
-    RunStatus, Runner,
+    AlkCtx, AlkError, Durability, PostgresEngine, PostgresOptions, RunOptions, RunStatus, Runner,
 };
 
 use super::CacheArgs;
@@ -248,10 +248,10 @@ impl RunCommand {
 /// The Postgres engine of `--store` (or `$ALK_STORE`); an error that says
 /// what to fix, never with the password.
 pub(super) async fn connect(url: &str, durability: Durability) -> wasmtime::Result<PostgresEngine> {
-    if !alk_host::is_postgres_url(url) {
+    if !alk_host::postgres::is_postgres_url(url) {
         wasmtime::bail!(
             "--store {:?} is not a postgres:// URL (for a directory on this machine, use --data-dir)",
-            alk_host::redact_url(url)
+            alk_host::postgres::redact(url)
         );
     }
     let options = PostgresOptions::from_url(url)
@@ -374,13 +374,13 @@ impl MigrateCommand {
         };
         let (what, name, done) = match self.what {
             MigrateWhat::Queue { name, data_dir } => {
-                let done = runtime.block_on(alk_host::migrate_queue(&data_dir, &name));
-                let done = done.map(|m| m == alk_host::Migrated::Upgraded);
+                let done = runtime.block_on(alk_host::turso::migrate_queue(&data_dir, &name));
+                let done = done.map(|m| m == alk_host::turso::queue::Migrated::Upgraded);
                 (("queue", "localqueue.v1", "localqueue.v2"), name, done)
             }
             MigrateWhat::Kv { name, data_dir } => {
-                let done = runtime.block_on(alk_host::migrate_kv(&data_dir, &name));
-                let done = done.map(|m| m == alk_host::MigratedKv::Upgraded);
+                let done = runtime.block_on(alk_host::turso::migrate_kv(&data_dir, &name));
+                let done = done.map(|m| m == alk_host::turso::kv::Migrated::Upgraded);
                 (("bucket", "localkv.v1", "localkv.v2"), name, done)
             }
         };

@@ -6,9 +6,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use alk_host::{
-    AlkCtx, AlkError, Durability, Engine, RunnerEvent, RunnerOptions, Schedules, SystemClock,
-};
+use alk_host::store::schedule::{RunnerEvent, RunnerOptions, Schedules};
+use alk_host::{AlkCtx, AlkError, Durability, Engine, SystemClock};
 
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -52,13 +51,13 @@ enum What {
 
         /// How long the leadership lasts without renewal, in milliseconds;
         /// the leader renews at a third of it.
-        #[arg(long, value_name = "MS", default_value_t = alk_host::schedule_defaults::LEADER_TTL_MS,
+        #[arg(long, value_name = "MS", default_value_t = alk_host::store::schedule::DEFAULT_LEADER_TTL_MS,
               value_parser = clap::value_parser!(u64).range(300..=86_400_000))]
         leader_ttl_ms: u64,
 
         /// Most jobs one schedule sends for boundaries missed while no
         /// runner ran; older ones are skipped.
-        #[arg(long, value_name = "N", default_value_t = alk_host::schedule_defaults::CATCH_UP,
+        #[arg(long, value_name = "N", default_value_t = alk_host::store::schedule::DEFAULT_CATCH_UP,
               value_parser = clap::value_parser!(u32).range(1..=1_000))]
         catch_up: u32,
 

@@ -8,7 +8,68 @@ use alk_store::limits::page;
 use alk_store::{AlkError, AlkResult};
 use async_trait::async_trait;
 
-use crate::{Fail, Inner, sql};
+use crate::conn::{Fail, Inner};
+
+// The statements of this module (each listed by name in
+// `sql::STATEMENTS`, which a test checks against the format document).
+
+/// A key's value and expiry.
+pub const KV_GET: &str = "SELECT value, expires_at FROM alk.kv WHERE bucket = $1 AND key = $2";
+/// Lazily deletes a key found expired by a read.
+pub const KV_DELETE_EXPIRED: &str =
+    "DELETE FROM alk.kv WHERE bucket = $1 AND key = $2 AND expires_at <= $3";
+/// Lazily deletes the expired keys among several found by a read.
+pub const KV_DELETE_EXPIRED_MANY: &str =
+    "DELETE FROM alk.kv WHERE bucket = $1 AND key = ANY($2) AND expires_at <= $3";
+/// Several keys at once, in the order asked (`ord`, from 1), with each
+/// value's size; a value itself only while the sizes of the live values up
+/// to it stay within `$4` bytes (or it is the first): what a read of many
+/// returns in one answer is cut here, so values past the cap never leave
+/// the server.
+pub const KV_GET_MANY: &str = "SELECT ord, size, CASE WHEN running <= $4 OR running = size THEN value END, expired FROM (\
+SELECT r.ord, length(k.value)::bigint AS size, k.value, k.expires_at <= $3 IS TRUE AS expired, \
+sum(CASE WHEN k.expires_at <= $3 THEN 0 ELSE length(k.value) END) OVER (ORDER BY r.ord ROWS UNBOUNDED PRECEDING) AS running \
+FROM unnest($2::text[]) WITH ORDINALITY AS r(key, ord) JOIN alk.kv AS k ON k.bucket = $1 AND k.key = r.key) AS sized ORDER BY ord";
+/// Unconditional upsert of keys `$2` with values `$3` (one key once).
+pub const KV_PUT: &str = "INSERT INTO alk.kv (bucket, key, value, expires_at) \
+SELECT $1, t.key, t.value, $4 FROM unnest($2::text[], $3::bytea[]) AS t(key, value) \
+ON CONFLICT (bucket, key) DO UPDATE SET value = EXCLUDED.value, expires_at = EXCLUDED.expires_at";
+/// Conditional upsert: returns a row when the key was absent or expired.
+pub const KV_PUT_IF_ABSENT: &str = "INSERT INTO alk.kv AS cur (bucket, key, value, expires_at) \
+VALUES ($1, $2, $3, $4) ON CONFLICT (bucket, key) DO UPDATE SET value = EXCLUDED.value, \
+expires_at = EXCLUDED.expires_at WHERE cur.expires_at <= $5 RETURNING 1";
+/// Deletes a key.
+pub const KV_DELETE: &str = "DELETE FROM alk.kv WHERE bucket = $1 AND key = $2";
+/// Live keys in `[$2, $3)` in byte order (the range of a prefix), `$2`
+/// itself only when `$5` (a page after the first starts at the last key
+/// returned, exclusive), at most `$6`, with each value's size; a value
+/// itself only while the sizes up to it stay within `$7` bytes (or it is
+/// the first).
+pub const KV_SCAN_RANGE: &str = "SELECT key, size, CASE WHEN running <= $7 OR running = size THEN value END FROM (\
+SELECT key, value, length(value)::bigint AS size, sum(length(value)) OVER (ORDER BY key ROWS UNBOUNDED PRECEDING) AS running \
+FROM (SELECT key, value FROM alk.kv WHERE bucket = $1 AND key >= $2 AND (key > $2 OR $5) AND key < $3 \
+AND (expires_at IS NULL OR expires_at > $4) ORDER BY key LIMIT $6) AS page) AS sized ORDER BY key";
+/// [`KV_SCAN_RANGE`] from `$2` on, without an upper end (the empty
+/// prefix): now `$3`, `$2` included `$4`, at most `$5`, cap `$6`.
+pub const KV_SCAN_FROM: &str = "SELECT key, size, CASE WHEN running <= $6 OR running = size THEN value END FROM (\
+SELECT key, value, length(value)::bigint AS size, sum(length(value)) OVER (ORDER BY key ROWS UNBOUNDED PRECEDING) AS running \
+FROM (SELECT key, value FROM alk.kv WHERE bucket = $1 AND key >= $2 AND (key > $2 OR $4) \
+AND (expires_at IS NULL OR expires_at > $3) ORDER BY key LIMIT $5) AS page) AS sized ORDER BY key";
+/// [`KV_SCAN_RANGE`] without the values: a key listing reads none. Bucket
+/// `$1`, from `$2` (included when `$5`) to before `$3`, now `$4`, at most
+/// `$6` rows.
+pub const KV_KEYS_RANGE: &str = "SELECT key FROM alk.kv WHERE bucket = $1 AND key >= $2 AND (key > $2 OR $5) AND key < $3 \
+AND (expires_at IS NULL OR expires_at > $4) ORDER BY key LIMIT $6";
+/// [`KV_KEYS_RANGE`] without an upper end: now `$3`, `$2` included `$4`,
+/// at most `$5`.
+pub const KV_KEYS_FROM: &str = "SELECT key FROM alk.kv WHERE bucket = $1 AND key >= $2 AND (key > $2 OR $4) \
+AND (expires_at IS NULL OR expires_at > $3) ORDER BY key LIMIT $5";
+/// Compare-and-swap by value: returns a row when key `$2` held `$5` and was
+/// live at `$6`, and now holds `$3` with expiry `$4`.
+pub const KV_SWAP: &str = "UPDATE alk.kv SET value = $3, expires_at = $4 \
+WHERE bucket = $1 AND key = $2 AND value = $5 AND (expires_at IS NULL OR expires_at > $6) RETURNING 1";
+/// Deletes several keys at once.
+pub const KV_DELETE_MANY: &str = "DELETE FROM alk.kv WHERE bucket = $1 AND key = ANY($2)";
 
 /// One bucket.
 pub(crate) struct PgBucket {
@@ -33,19 +94,19 @@ impl PgBucket {
     pub(crate) fn new(inner: Arc<Inner>, name: &str) -> PgBucket {
         let s = &inner.sql;
         PgBucket {
-            get: s.get(sql::KV_GET),
-            delete_expired: s.get(sql::KV_DELETE_EXPIRED),
-            get_many: s.get(sql::KV_GET_MANY),
-            delete_expired_many: s.get(sql::KV_DELETE_EXPIRED_MANY),
-            put: s.get(sql::KV_PUT),
-            put_if_absent: s.get(sql::KV_PUT_IF_ABSENT),
-            delete: s.get(sql::KV_DELETE),
-            scan_range: s.get(sql::KV_SCAN_RANGE),
-            scan_from: s.get(sql::KV_SCAN_FROM),
-            keys_range: s.get(sql::KV_KEYS_RANGE),
-            keys_from: s.get(sql::KV_KEYS_FROM),
-            swap: s.get(sql::KV_SWAP),
-            delete_many: s.get(sql::KV_DELETE_MANY),
+            get: s.get(KV_GET),
+            delete_expired: s.get(KV_DELETE_EXPIRED),
+            get_many: s.get(KV_GET_MANY),
+            delete_expired_many: s.get(KV_DELETE_EXPIRED_MANY),
+            put: s.get(KV_PUT),
+            put_if_absent: s.get(KV_PUT_IF_ABSENT),
+            delete: s.get(KV_DELETE),
+            scan_range: s.get(KV_SCAN_RANGE),
+            scan_from: s.get(KV_SCAN_FROM),
+            keys_range: s.get(KV_KEYS_RANGE),
+            keys_from: s.get(KV_KEYS_FROM),
+            swap: s.get(KV_SWAP),
+            delete_many: s.get(KV_DELETE_MANY),
             name: name.to_string(),
             inner,
         }

@@ -7,7 +7,25 @@ use alk_store::AlkResult;
 use alk_store::lock::{Acquired, Holder, LockEngine};
 use async_trait::async_trait;
 
-use crate::{Inner, sql};
+use crate::conn::Inner;
+
+// The statements of this module (each listed by name in
+// `sql::STATEMENTS`, which a test checks against the format document).
+
+/// Takes a lock that is free or expired at `$3`, until `$4`; its new token.
+pub const L_ACQUIRE: &str = "INSERT INTO alk.locks AS l (name, owner, token, acquired_at, expires_at) \
+VALUES ($1, $2, 1, $3, $4) ON CONFLICT (name) DO UPDATE SET owner = EXCLUDED.owner, token = l.token + 1, \
+acquired_at = EXCLUDED.acquired_at, expires_at = EXCLUDED.expires_at \
+WHERE l.owner IS NULL OR l.expires_at <= $3 RETURNING token";
+/// Moves the deadline of a live acquisition.
+pub const L_RENEW: &str = "UPDATE alk.locks SET expires_at = $4 \
+WHERE name = $1 AND owner = $2 AND token = $3 AND expires_at > $5";
+/// Releases a live acquisition (the row and its token stay).
+pub const L_RELEASE: &str = "UPDATE alk.locks SET owner = NULL, expires_at = NULL \
+WHERE name = $1 AND owner = $2 AND token = $3 AND expires_at > $4";
+/// The live holder of a lock.
+pub const L_HOLDER: &str = "SELECT owner, expires_at, token FROM alk.locks \
+WHERE name = $1 AND owner IS NOT NULL AND expires_at > $2";
 
 /// The locks of a schema.
 pub(crate) struct PgLocks {
@@ -22,10 +40,10 @@ impl PgLocks {
     pub(crate) fn new(inner: Arc<Inner>) -> PgLocks {
         let s = &inner.sql;
         PgLocks {
-            acquire: s.get(sql::L_ACQUIRE),
-            renew: s.get(sql::L_RENEW),
-            release: s.get(sql::L_RELEASE),
-            holder: s.get(sql::L_HOLDER),
+            acquire: s.get(L_ACQUIRE),
+            renew: s.get(L_RENEW),
+            release: s.get(L_RELEASE),
+            holder: s.get(L_HOLDER),
             inner,
         }
     }

@@ -27,7 +27,183 @@ use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
-use crate::{Clockwork, Fail, Inner, sql};
+use crate::clock::Clockwork;
+use crate::conn::{Conn, Fail, Inner};
+
+// The statements of this module (each listed by name in
+// `sql::STATEMENTS`, which a test checks against the format document).
+
+/// Appends messages: `$2` of them, kinds `$3`, bodies `$4`, sent at `$5`,
+/// with the stamp: group `$6` (or NULL), priority `$7`, due at `$8`,
+/// attempt limit `$9`, backoff base `$10`, expiry `$11`. A message with a
+/// group first joins it to the round (`joined`): a new group comes in
+/// at the highest place served so far, an existing one keeps its place
+/// and takes the higher priority. The group row, then the queue's counter
+/// row (which hands out the ids) stay locked until commit, so ids of one
+/// queue commit in order.
+pub const Q_SEND: &str = "WITH joined AS (INSERT INTO alk.groups AS g (queue, group_key, priority, served) \
+SELECT $1::text, $6::bytea, $7::integer, coalesce((SELECT max(served) FROM alk.groups WHERE queue = $1), 0) \
+WHERE $6::bytea IS NOT NULL ON CONFLICT (queue, group_key) DO UPDATE SET priority = greatest(g.priority, EXCLUDED.priority) RETURNING 1), \
+n AS (INSERT INTO alk.queues AS q (queue, last_id) SELECT $1, $2::bigint WHERE (SELECT count(*) FROM joined) >= 0 \
+ON CONFLICT (queue) DO UPDATE SET last_id = q.last_id + $2 RETURNING last_id) \
+INSERT INTO alk.messages (queue, id, payload_type, payload_data, enqueued_at, visible_at, ready_at, priority, group_key, max_attempts, backoff_base_ms, expires_at) \
+SELECT $1, n.last_id - $2 + t.ord, t.kind, t.data, $5::bigint, $8::bigint, $8, $7, $6, $9::integer, $10::bigint, $11::bigint FROM n, \
+unnest($3::text[], $4::bytea[]) WITH ORDINALITY AS t(kind, data, ord) RETURNING id";
+/// Claims up to `$4` due messages without a group of priority `$3` or
+/// more, by priority, ready time and id, hidden until `$5`, under the
+/// claim's UUID `$6`; with `$7`, only while the queue has no group. Rows
+/// locked by another claimer are skipped, and the update checks again that
+/// each row is still due. Rows: kind 0, a claimed message; 1, a due
+/// message that expired; 2, a due message whose attempts are used up
+/// (neither is claimed); 3, the queue has a group (with `$7`: nothing was
+/// claimed).
+pub const Q_CLAIM_LANE: &str = "WITH due AS (SELECT m.id, m.attempt, (m.expires_at <= $2) IS TRUE AS expired, \
+(m.attempt >= m.max_attempts) IS TRUE AS spent FROM alk.messages AS m \
+WHERE m.queue = $1 AND m.group_key IS NULL AND m.visible_at <= $2 AND m.priority >= $3 \
+AND NOT ($7::boolean AND EXISTS (SELECT 1 FROM alk.groups AS g WHERE g.queue = $1 AND g.group_key <> ''::bytea)) \
+ORDER BY m.priority DESC, m.ready_at, m.id LIMIT $4 FOR UPDATE SKIP LOCKED), \
+took AS (UPDATE alk.messages AS m SET visible_at = $5, attempt = m.attempt + 1, receipt_handle = $6 FROM due \
+WHERE m.queue = $1 AND m.id = due.id AND m.visible_at <= $2 AND NOT due.expired AND NOT due.spent \
+RETURNING m.id, m.payload_type, m.payload_data, m.attempt, m.priority, m.ready_at, m.group_key, m.max_attempts) \
+SELECT 0, id, payload_type, payload_data, attempt, priority, ready_at, group_key, max_attempts FROM took \
+UNION ALL SELECT CASE WHEN expired THEN 1 ELSE 2 END, id, NULL, NULL, attempt, NULL, NULL, NULL, NULL FROM due WHERE expired OR spent \
+UNION ALL SELECT 3, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL \
+WHERE $7 AND EXISTS (SELECT 1 FROM alk.groups AS g WHERE g.queue = $1 AND g.group_key <> ''::bytea)";
+/// The groups of priority `$3` or more whose oldest message is due at
+/// `$2`, in the order of the round (served longest ago first, then the
+/// first to join), at most `$4`: each group's key, place, oldest message,
+/// and the place of the messages without a group.
+pub const Q_HEADS: &str = "SELECT g.group_key, g.served, h.id, \
+coalesce((SELECT l.served FROM alk.groups AS l WHERE l.queue = $1 AND l.group_key = ''::bytea), 0) \
+FROM alk.groups AS g CROSS JOIN LATERAL (SELECT m.id, m.visible_at FROM alk.messages AS m \
+WHERE m.queue = $1 AND m.group_key = g.group_key ORDER BY m.id LIMIT 1) AS h \
+WHERE g.queue = $1 AND g.group_key <> ''::bytea AND g.priority >= $3 AND h.visible_at <= $2 \
+ORDER BY g.served, g.seq LIMIT $4";
+/// Locks up to `$3` of the groups `$2`, in the order of the round, passing
+/// over groups another claimer holds; the keys locked.
+pub const Q_LOCK_ROUND: &str = "SELECT group_key FROM alk.groups WHERE queue = $1 AND group_key = ANY($2::bytea[]) \
+ORDER BY served, seq LIMIT $3 FOR UPDATE SKIP LOCKED";
+/// Claims the messages `$3` that are due at `$2` and still the oldest of
+/// their group, hidden until `$4`, under the claim's UUID `$5`; rows as
+/// [`Q_CLAIM_LANE`]'s (kinds 0 to 2).
+pub const Q_CLAIM_HEADS: &str = "WITH due AS (SELECT m.id, m.attempt, (m.expires_at <= $2) IS TRUE AS expired, \
+(m.attempt >= m.max_attempts) IS TRUE AS spent FROM alk.messages AS m \
+WHERE m.queue = $1 AND m.id = ANY($3::bigint[]) AND m.visible_at <= $2 \
+AND NOT EXISTS (SELECT 1 FROM alk.messages AS o WHERE o.queue = $1 AND o.group_key = m.group_key AND o.id < m.id) FOR UPDATE), \
+took AS (UPDATE alk.messages AS m SET visible_at = $4, attempt = m.attempt + 1, receipt_handle = $5 FROM due \
+WHERE m.queue = $1 AND m.id = due.id AND m.visible_at <= $2 AND NOT due.expired AND NOT due.spent \
+RETURNING m.id, m.payload_type, m.payload_data, m.attempt, m.priority, m.ready_at, m.group_key, m.max_attempts) \
+SELECT 0, id, payload_type, payload_data, attempt, priority, ready_at, group_key, max_attempts FROM took \
+UNION ALL SELECT CASE WHEN expired THEN 1 ELSE 2 END, id, NULL, NULL, attempt, NULL, NULL, NULL, NULL FROM due WHERE expired OR spent";
+/// Moves the messages `$2` to the dead letters with the errors `$3`, at
+/// `$5`; a message whose receipt in `$4` is not NULL only while that
+/// receipt is current. The ids moved, and their groups.
+pub const Q_BURY: &str = "WITH gone AS (DELETE FROM alk.messages AS m \
+USING unnest($2::bigint[], $3::bytea[], $4::uuid[]) AS u(id, error, receipt) \
+WHERE m.queue = $1 AND m.id = u.id AND (u.receipt IS NULL OR m.receipt_handle = u.receipt) \
+RETURNING m.queue, m.id, m.payload_type, m.payload_data, m.enqueued_at, m.visible_at, m.ready_at, m.attempt, m.priority, \
+m.group_key, m.max_attempts, m.backoff_base_ms, m.expires_at, u.error) \
+INSERT INTO alk.dead (queue, id, payload_type, payload_data, enqueued_at, visible_at, ready_at, attempt, priority, \
+group_key, max_attempts, backoff_base_ms, expires_at, last_error, died_at) \
+SELECT queue, id, payload_type, payload_data, enqueued_at, visible_at, ready_at, attempt, priority, \
+group_key, max_attempts, backoff_base_ms, expires_at, error, $5::bigint FROM gone RETURNING id, group_key";
+/// Moves the participants `$2` that delivered messages to a claim (the
+/// empty key: the messages without a group) to the back of the round, in
+/// that order: groups no longer there are passed over, and the messages
+/// without a group move only while the queue has a group.
+pub const Q_SERVE: &str = "WITH top AS (SELECT coalesce(max(served), 0) AS m FROM alk.groups WHERE queue = $1), \
+s AS (SELECT t.key, top.m + row_number() OVER (ORDER BY t.ord) AS served FROM top, unnest($2::bytea[]) WITH ORDINALITY AS t(key, ord) \
+WHERE EXISTS (SELECT 1 FROM alk.groups AS e WHERE e.queue = $1 AND e.group_key <> ''::bytea AND (t.key = ''::bytea OR e.group_key = t.key))), \
+lane AS (INSERT INTO alk.groups AS g (queue, group_key, seq, priority, served) SELECT $1::text, s.key, 0, 0, s.served FROM s \
+WHERE s.key = ''::bytea ON CONFLICT (queue, group_key) DO UPDATE SET served = EXCLUDED.served) \
+UPDATE alk.groups AS g SET served = s.served FROM s WHERE g.queue = $1 AND g.group_key = s.key AND s.key <> ''::bytea";
+/// Locks the groups `$2`, in key order, waiting for their holders.
+pub const Q_GROUP_LOCK: &str = "SELECT group_key FROM alk.groups WHERE queue = $1 AND group_key = ANY($2::bytea[]) \
+ORDER BY group_key FOR UPDATE";
+/// Deletes those of the groups `$2` that have no message left.
+pub const Q_GROUP_DROP: &str = "DELETE FROM alk.groups AS g WHERE g.queue = $1 AND g.group_key = ANY($2::bytea[]) \
+AND g.group_key <> ''::bytea AND NOT EXISTS (SELECT 1 FROM alk.messages AS m WHERE m.queue = $1 AND m.group_key = g.group_key)";
+/// A message's group, receipt, attempts and backoff base.
+pub const Q_LOOKUP: &str = "SELECT group_key, receipt_handle, attempt, max_attempts, backoff_base_ms \
+FROM alk.messages WHERE queue = $1 AND id = $2";
+/// Makes a message due at `$4`, by its current receipt.
+pub const Q_NACK: &str =
+    "UPDATE alk.messages SET visible_at = $4 WHERE queue = $1 AND id = $2 AND receipt_handle = $3";
+/// Moves the deadline of a delivery to `$4`, by its current receipt,
+/// unless it passed by `$5`.
+pub const Q_HEARTBEAT: &str = "UPDATE alk.messages SET visible_at = $4 \
+WHERE queue = $1 AND id = $2 AND receipt_handle = $3 AND visible_at > $5";
+/// Ends a delivery as failed, by its current receipt: due and ready again
+/// at `$4`, with the error `$5`; the receipt is no longer current.
+pub const Q_RETRY: &str = "UPDATE alk.messages SET visible_at = $4, ready_at = $4, receipt_handle = NULL, last_error = $5 \
+WHERE queue = $1 AND id = $2 AND receipt_handle = $3";
+/// Deletes the messages of every current receipt (pairs of `$2`, `$3`);
+/// only those without a group unless `$4`.
+pub const Q_ACK_BATCH: &str = "DELETE FROM alk.messages AS m USING unnest($2::bigint[], $3::uuid[]) AS r(id, receipt) \
+WHERE m.queue = $1 AND m.id = r.id AND m.receipt_handle = r.receipt AND (m.group_key IS NULL OR $4::boolean) \
+RETURNING m.id, m.receipt_handle";
+/// Which of the ids `$2` still exist, and their groups.
+pub const Q_EXISTING: &str =
+    "SELECT id, group_key FROM alk.messages WHERE queue = $1 AND id = ANY($2::bigint[])";
+/// Deletes a message, whatever its state; its group.
+pub const Q_CANCEL: &str =
+    "DELETE FROM alk.messages WHERE queue = $1 AND id = $2 RETURNING group_key";
+/// Deletes a dead letter.
+pub const Q_CANCEL_DEAD: &str = "DELETE FROM alk.dead WHERE queue = $1 AND id = $2";
+/// Message `$2`, in the queue or in the dead letters.
+pub const Q_JOB: &str = "SELECT id, payload_type, payload_data, receipt_handle IS NOT NULL, visible_at, attempt, max_attempts, \
+priority, group_key, enqueued_at, expires_at, last_error, NULL::bigint FROM alk.messages WHERE queue = $1 AND id = $2 \
+UNION ALL SELECT id, payload_type, payload_data, false, visible_at, attempt, max_attempts, \
+priority, group_key, enqueued_at, expires_at, last_error, died_at FROM alk.dead WHERE queue = $1 AND id = $2";
+/// The groups of the messages that expired by `$2`.
+pub const Q_EXPIRED_GROUPS: &str = "SELECT DISTINCT group_key FROM alk.messages \
+WHERE queue = $1 AND expires_at <= $2 AND group_key IS NOT NULL";
+/// Moves every message that expired by `$2` to the dead letters with the
+/// error `$3`; the ids moved, and their groups.
+pub const Q_SWEEP: &str = "WITH gone AS (DELETE FROM alk.messages WHERE queue = $1 AND expires_at <= $2 \
+RETURNING queue, id, payload_type, payload_data, enqueued_at, visible_at, ready_at, attempt, priority, \
+group_key, max_attempts, backoff_base_ms, expires_at) \
+INSERT INTO alk.dead (queue, id, payload_type, payload_data, enqueued_at, visible_at, ready_at, attempt, priority, \
+group_key, max_attempts, backoff_base_ms, expires_at, last_error, died_at) \
+SELECT queue, id, payload_type, payload_data, enqueued_at, visible_at, ready_at, attempt, priority, \
+group_key, max_attempts, backoff_base_ms, expires_at, $3::bytea, $2::bigint FROM gone RETURNING id, group_key";
+/// Up to `$3` dead letters with ids above `$2`, by id (columns as
+/// [`Q_JOB`]'s).
+pub const Q_DEAD_PAGE: &str = "SELECT id, payload_type, payload_data, false, visible_at, attempt, max_attempts, \
+priority, group_key, enqueued_at, expires_at, last_error, died_at FROM alk.dead \
+WHERE queue = $1 AND id > $2 ORDER BY id LIMIT $3";
+/// Locks the dead letters `$2`; their groups and priorities.
+pub const Q_DEAD_LOOKUP: &str = "SELECT id, group_key, priority FROM alk.dead \
+WHERE queue = $1 AND id = ANY($2::bigint[]) ORDER BY id FOR UPDATE";
+/// Joins the groups `$2` (each once) to the round with the priorities
+/// `$3`, in that order, as a send does.
+pub const Q_JOIN: &str = "INSERT INTO alk.groups AS g (queue, group_key, priority, served) \
+SELECT $1::text, t.key, t.priority, coalesce((SELECT max(served) FROM alk.groups WHERE queue = $1), 0) \
+FROM unnest($2::bytea[], $3::integer[]) WITH ORDINALITY AS t(key, priority, ord) ORDER BY t.ord \
+ON CONFLICT (queue, group_key) DO UPDATE SET priority = greatest(g.priority, EXCLUDED.priority)";
+/// Sends the dead letters `$2` again as new messages, due and ready at
+/// `$3`, attempts reset, expiry cleared, other options and last error kept.
+/// New ids come from the queue's counter row, one per dead letter, in the
+/// order of `$4` (the ids found, in the caller's order).
+pub const Q_REDRIVE: &str = "WITH back AS (DELETE FROM alk.dead WHERE queue = $1 AND id = ANY($2::bigint[]) \
+RETURNING id, payload_type, payload_data, priority, group_key, max_attempts, backoff_base_ms, last_error), \
+n AS (INSERT INTO alk.queues AS q (queue, last_id) SELECT $1, count(*) FROM back HAVING count(*) > 0 \
+ON CONFLICT (queue) DO UPDATE SET last_id = q.last_id + EXCLUDED.last_id RETURNING last_id) \
+INSERT INTO alk.messages (queue, id, payload_type, payload_data, enqueued_at, visible_at, ready_at, attempt, priority, \
+group_key, max_attempts, backoff_base_ms, expires_at, last_error) \
+SELECT $1, n.last_id - (SELECT count(*) FROM back) + array_position($4::bigint[], b.id), b.payload_type, b.payload_data, \
+$3::bigint, $3::bigint, $3::bigint, 0, b.priority, b.group_key, b.max_attempts, b.backoff_base_ms, NULL, b.last_error \
+FROM n, back AS b RETURNING id";
+/// Deletes every dead letter of a queue.
+pub const Q_PURGE_DEAD: &str = "DELETE FROM alk.dead WHERE queue = $1";
+/// Deletes every group of a queue (the place of the messages without a
+/// group stays).
+pub const Q_PURGE_GROUPS: &str =
+    "DELETE FROM alk.groups WHERE queue = $1 AND group_key <> ''::bytea";
+/// When the next message becomes due.
+pub const Q_NEXT_VISIBLE: &str = "SELECT min(visible_at) FROM alk.messages WHERE queue = $1";
+/// Deletes every message of a queue (its ids are never reused).
+pub const Q_PURGE: &str = "DELETE FROM alk.messages WHERE queue = $1";
 
 /// Receipts longer than this were never issued.
 const MAX_RECEIPT_LEN: usize = 128;
@@ -108,7 +284,7 @@ async fn exec<C: GenericClient + Sync>(
 
 /// Sends `payloads` to `queue` with `stamp` at `now` (host times, moved to
 /// the database's clock here) on `c` — a pooled connection or an open
-/// transaction — by [`sql::Q_SEND`] (`sql`, for the engine's schema); the
+/// transaction — by [`Q_SEND`] (`sql`, for the engine's schema); the
 /// new ids, in increasing order. Every send runs this: a queue's `send`,
 /// an enqueue inside a transaction, the jobs of a schedule's firing.
 pub(crate) async fn send_on<C: GenericClient + Sync>(
@@ -222,34 +398,34 @@ impl PgQueue {
     pub(crate) fn new(inner: Arc<Inner>, name: &str) -> PgQueue {
         let s = &inner.sql;
         let sql = Statements {
-            send: s.get(sql::Q_SEND),
-            claim_lane: s.get(sql::Q_CLAIM_LANE),
-            heads: s.get(sql::Q_HEADS),
-            lock_round: s.get(sql::Q_LOCK_ROUND),
-            claim_heads: s.get(sql::Q_CLAIM_HEADS),
-            bury: s.get(sql::Q_BURY),
-            serve: s.get(sql::Q_SERVE),
-            group_lock: s.get(sql::Q_GROUP_LOCK),
-            group_drop: s.get(sql::Q_GROUP_DROP),
-            lookup: s.get(sql::Q_LOOKUP),
-            nack: s.get(sql::Q_NACK),
-            heartbeat: s.get(sql::Q_HEARTBEAT),
-            retry: s.get(sql::Q_RETRY),
-            ack_batch: s.get(sql::Q_ACK_BATCH),
-            existing: s.get(sql::Q_EXISTING),
-            cancel: s.get(sql::Q_CANCEL),
-            cancel_dead: s.get(sql::Q_CANCEL_DEAD),
-            job: s.get(sql::Q_JOB),
-            expired_groups: s.get(sql::Q_EXPIRED_GROUPS),
-            sweep: s.get(sql::Q_SWEEP),
-            dead_page: s.get(sql::Q_DEAD_PAGE),
-            dead_lookup: s.get(sql::Q_DEAD_LOOKUP),
-            join: s.get(sql::Q_JOIN),
-            redrive: s.get(sql::Q_REDRIVE),
-            purge_dead: s.get(sql::Q_PURGE_DEAD),
-            purge_groups: s.get(sql::Q_PURGE_GROUPS),
-            next_visible: s.get(sql::Q_NEXT_VISIBLE),
-            purge: s.get(sql::Q_PURGE),
+            send: s.get(Q_SEND),
+            claim_lane: s.get(Q_CLAIM_LANE),
+            heads: s.get(Q_HEADS),
+            lock_round: s.get(Q_LOCK_ROUND),
+            claim_heads: s.get(Q_CLAIM_HEADS),
+            bury: s.get(Q_BURY),
+            serve: s.get(Q_SERVE),
+            group_lock: s.get(Q_GROUP_LOCK),
+            group_drop: s.get(Q_GROUP_DROP),
+            lookup: s.get(Q_LOOKUP),
+            nack: s.get(Q_NACK),
+            heartbeat: s.get(Q_HEARTBEAT),
+            retry: s.get(Q_RETRY),
+            ack_batch: s.get(Q_ACK_BATCH),
+            existing: s.get(Q_EXISTING),
+            cancel: s.get(Q_CANCEL),
+            cancel_dead: s.get(Q_CANCEL_DEAD),
+            job: s.get(Q_JOB),
+            expired_groups: s.get(Q_EXPIRED_GROUPS),
+            sweep: s.get(Q_SWEEP),
+            dead_page: s.get(Q_DEAD_PAGE),
+            dead_lookup: s.get(Q_DEAD_LOOKUP),
+            join: s.get(Q_JOIN),
+            redrive: s.get(Q_REDRIVE),
+            purge_dead: s.get(Q_PURGE_DEAD),
+            purge_groups: s.get(Q_PURGE_GROUPS),
+            next_visible: s.get(Q_NEXT_VISIBLE),
+            purge: s.get(Q_PURGE),
         };
         PgQueue {
             sql,
@@ -350,7 +526,7 @@ impl PgQueue {
     /// one transaction holding the group's lock; whether it moved.
     async fn bury_current(
         &self,
-        c: &mut crate::Conn,
+        c: &mut Conn,
         id: i64,
         receipt: Uuid,
         group: Option<Vec<u8>>,
@@ -544,7 +720,7 @@ impl PgQueue {
     }
 
     /// Moves the participants of a claim to the back of the round, in the
-    /// order `served` (see [`sql::Q_SERVE`]).
+    /// order `served` (see [`Q_SERVE`]).
     async fn serve<C: GenericClient + Sync>(&self, tx: &C, served: &[Vec<u8>]) -> Result<(), Fail> {
         if !served.is_empty() {
             exec(tx, &self.sql.serve, &[&self.name, &served]).await?;

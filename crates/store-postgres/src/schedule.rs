@@ -14,8 +14,40 @@ use async_trait::async_trait;
 use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
 
-use crate::queue::send_on;
-use crate::{Clockwork, Fail, Inner, sql};
+use crate::clock::Clockwork;
+use crate::conn::{Fail, Inner};
+use crate::queue::{Q_SEND, send_on};
+
+// The statements of this module (each listed by name in
+// `sql::STATEMENTS`, which a test checks against the format document).
+
+/// Creates schedule `$1`, or replaces every column of the one of that name:
+/// spec `$2`, interval `$3`, queue `$4`, payload kind `$5` and body `$6`,
+/// the send options priority `$7`, delay `$8`, run-at `$9`, attempt limit
+/// `$10`, backoff base `$11`, expiry `$12`, group `$13` (each NULL when not
+/// given), and the next boundary `$14`.
+pub const SC_PUT: &str = "INSERT INTO alk.schedules (name, spec, every_ms, queue, payload_type, payload_data, \
+priority, delay_ms, run_at_ms, max_attempts, backoff_base_ms, expires_in_ms, group_key, next_due) \
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) ON CONFLICT (name) DO UPDATE SET \
+spec = EXCLUDED.spec, every_ms = EXCLUDED.every_ms, queue = EXCLUDED.queue, payload_type = EXCLUDED.payload_type, \
+payload_data = EXCLUDED.payload_data, priority = EXCLUDED.priority, delay_ms = EXCLUDED.delay_ms, \
+run_at_ms = EXCLUDED.run_at_ms, max_attempts = EXCLUDED.max_attempts, backoff_base_ms = EXCLUDED.backoff_base_ms, \
+expires_in_ms = EXCLUDED.expires_in_ms, group_key = EXCLUDED.group_key, next_due = CASE WHEN alk.schedules.every_ms = EXCLUDED.every_ms THEN alk.schedules.next_due ELSE EXCLUDED.next_due END";
+/// Deletes a schedule.
+pub const SC_REMOVE: &str = "DELETE FROM alk.schedules WHERE name = $1";
+/// One schedule (columns in the order of the table).
+pub const SC_GET: &str = "SELECT name, spec, every_ms, queue, payload_type, payload_data, priority, delay_ms, \
+run_at_ms, max_attempts, backoff_base_ms, expires_in_ms, group_key, next_due FROM alk.schedules WHERE name = $1";
+/// Every schedule, in the byte order of their names (columns as
+/// [`SC_GET`]'s).
+pub const SC_LIST: &str = "SELECT name, spec, every_ms, queue, payload_type, payload_data, priority, delay_ms, \
+run_at_ms, max_attempts, backoff_base_ms, expires_in_ms, group_key, next_due FROM alk.schedules ORDER BY name";
+/// Moves schedule `$1` from boundary `$2` to `$3`, only while `$2` is its
+/// next boundary; its queue and payload when it did. The row stays locked
+/// until the firing transaction ends, so a racing firing of the same
+/// boundary waits, then finds the boundary moved and changes nothing.
+pub const SC_FIRE: &str = "UPDATE alk.schedules SET next_due = $3 WHERE name = $1 AND next_due = $2 \
+RETURNING queue, payload_type, payload_data";
 
 /// The most messages one send statement of a firing carries (the largest
 /// batch a queue's `send-batch` takes).
@@ -36,12 +68,12 @@ impl PgSchedules {
     pub(crate) fn new(inner: Arc<Inner>) -> PgSchedules {
         let s = &inner.sql;
         PgSchedules {
-            put: s.get(sql::SC_PUT),
-            remove: s.get(sql::SC_REMOVE),
-            get: s.get(sql::SC_GET),
-            list: s.get(sql::SC_LIST),
-            fire: s.get(sql::SC_FIRE),
-            send: s.get(sql::Q_SEND),
+            put: s.get(SC_PUT),
+            remove: s.get(SC_REMOVE),
+            get: s.get(SC_GET),
+            list: s.get(SC_LIST),
+            fire: s.get(SC_FIRE),
+            send: s.get(Q_SEND),
             inner,
         }
     }
@@ -69,7 +101,7 @@ fn unsigned(name: &str, column: &str, v: Option<i64>) -> Result<Option<u64>, Fai
         .transpose()
 }
 
-/// A schedule from a row of [`sql::SC_GET`] or [`sql::SC_LIST`], its next
+/// A schedule from a row of [`SC_GET`] or [`SC_LIST`], its next
 /// boundary on the host's clock.
 fn row_of(clock: &Clockwork, row: &Row) -> Result<ScheduleRow, Fail> {
     let name: String = row.try_get(0)?;

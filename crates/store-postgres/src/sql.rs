@@ -1,11 +1,37 @@
 //! `alk-postgres.v3`: the schema and every statement of the database
-//! engine, defined here once and pinned by `docs/formats/alk-postgres.v3.md`
-//! (a test checks that the document carries the same text).
+//! engine, pinned by `docs/formats/alk-postgres.v3.md` (a test checks that
+//! the document carries the same text).
+//!
+//! The schema's DDL (one migration per version), its marker and the rules
+//! for schema names are defined here. Each statement is defined next to
+//! the code that runs it (`kv.rs`, `queue.rs`, `stream.rs`, `tx.rs`,
+//! `lock.rs`, `schedule.rs`, `wake.rs`, `clock.rs`, `migrate.rs`) and
+//! re-exported here by its name, and [`STATEMENTS`] lists every one: the
+//! test checks each against the document, and code outside the engine
+//! (the benchmarks) runs the engine's own text.
 //!
 //! Statements name their tables `alk.<table>`; an engine configured with
 //! another schema gets the same text with its schema in place of `alk`
 //! ([`Sql::for_schema`]). Schema names are checked to be plain lower-case
 //! identifiers, so nothing is quoted.
+
+pub use crate::clock::DB_NOW;
+pub use crate::kv::{
+    KV_DELETE, KV_DELETE_EXPIRED, KV_DELETE_EXPIRED_MANY, KV_DELETE_MANY, KV_GET, KV_GET_MANY,
+    KV_KEYS_FROM, KV_KEYS_RANGE, KV_PUT, KV_PUT_IF_ABSENT, KV_SCAN_FROM, KV_SCAN_RANGE, KV_SWAP,
+};
+pub use crate::lock::{L_ACQUIRE, L_HOLDER, L_RELEASE, L_RENEW};
+pub use crate::migrate::{MIGRATE_LOCK, READ_META, SCHEMA_EXISTS, SCHEMA_RELATIONS, SET_VERSION};
+pub use crate::queue::{
+    Q_ACK_BATCH, Q_BURY, Q_CANCEL, Q_CANCEL_DEAD, Q_CLAIM_HEADS, Q_CLAIM_LANE, Q_DEAD_LOOKUP,
+    Q_DEAD_PAGE, Q_EXISTING, Q_EXPIRED_GROUPS, Q_GROUP_DROP, Q_GROUP_LOCK, Q_HEADS, Q_HEARTBEAT,
+    Q_JOB, Q_JOIN, Q_LOCK_ROUND, Q_LOOKUP, Q_NACK, Q_NEXT_VISIBLE, Q_PURGE, Q_PURGE_DEAD,
+    Q_PURGE_GROUPS, Q_REDRIVE, Q_RETRY, Q_SEND, Q_SERVE, Q_SWEEP,
+};
+pub use crate::schedule::{SC_FIRE, SC_GET, SC_LIST, SC_PUT, SC_REMOVE};
+pub use crate::stream::{S_GET_OFFSET, S_LAST, S_PUBLISH, S_READ, S_SAVE, S_TRIM};
+pub use crate::tx::S_TX_LOCK;
+pub use crate::wake::NOTIFY;
 
 /// The value of the `format` row of `meta`.
 pub const FORMAT: &str = "alk-postgres";
@@ -144,332 +170,6 @@ pub const V3: &str = r#"CREATE TABLE alk.schedules (
 /// The migrations, in order: entry `i` brings a schema from version `i` to
 /// version `i + 1` (entry 0 creates version 1 in an empty schema).
 pub const MIGRATIONS: &[&str] = &[V1, V2, V3];
-
-/// Serializes engines starting on one schema (`$1` = `alk-migrate:<schema>`)
-/// for the rest of the migration transaction.
-pub const MIGRATE_LOCK: &str = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))";
-/// The relations already in a schema (`$1` = its name): `meta` or nothing
-/// means alk's or empty; anything else without `meta` is foreign.
-pub const SCHEMA_RELATIONS: &str = "SELECT c.relname::text FROM pg_class AS c \
-JOIN pg_namespace AS n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relkind IN ('r', 'p', 'v', 'm', 'f')";
-/// Whether a schema exists.
-pub const SCHEMA_EXISTS: &str = "SELECT 1 FROM pg_namespace WHERE nspname = $1";
-/// The marker rows.
-pub const READ_META: &str =
-    "SELECT key::text, value::text FROM alk.meta WHERE key::text IN ('format', 'version')";
-/// Records the version a migration reached.
-pub const SET_VERSION: &str = "UPDATE alk.meta SET value = $1 WHERE key = 'version'";
-/// The database's clock, epoch milliseconds.
-pub const DB_NOW: &str = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint";
-
-/// A key's value and expiry.
-pub const KV_GET: &str = "SELECT value, expires_at FROM alk.kv WHERE bucket = $1 AND key = $2";
-/// Lazily deletes a key found expired by a read.
-pub const KV_DELETE_EXPIRED: &str =
-    "DELETE FROM alk.kv WHERE bucket = $1 AND key = $2 AND expires_at <= $3";
-/// Lazily deletes the expired keys among several found by a read.
-pub const KV_DELETE_EXPIRED_MANY: &str =
-    "DELETE FROM alk.kv WHERE bucket = $1 AND key = ANY($2) AND expires_at <= $3";
-/// Several keys at once, in the order asked (`ord`, from 1), with each
-/// value's size; a value itself only while the sizes of the live values up
-/// to it stay within `$4` bytes (or it is the first): what a read of many
-/// returns in one answer is cut here, so values past the cap never leave
-/// the server.
-pub const KV_GET_MANY: &str = "SELECT ord, size, CASE WHEN running <= $4 OR running = size THEN value END, expired FROM (\
-SELECT r.ord, length(k.value)::bigint AS size, k.value, k.expires_at <= $3 IS TRUE AS expired, \
-sum(CASE WHEN k.expires_at <= $3 THEN 0 ELSE length(k.value) END) OVER (ORDER BY r.ord ROWS UNBOUNDED PRECEDING) AS running \
-FROM unnest($2::text[]) WITH ORDINALITY AS r(key, ord) JOIN alk.kv AS k ON k.bucket = $1 AND k.key = r.key) AS sized ORDER BY ord";
-/// Unconditional upsert of keys `$2` with values `$3` (one key once).
-pub const KV_PUT: &str = "INSERT INTO alk.kv (bucket, key, value, expires_at) \
-SELECT $1, t.key, t.value, $4 FROM unnest($2::text[], $3::bytea[]) AS t(key, value) \
-ON CONFLICT (bucket, key) DO UPDATE SET value = EXCLUDED.value, expires_at = EXCLUDED.expires_at";
-/// Conditional upsert: returns a row when the key was absent or expired.
-pub const KV_PUT_IF_ABSENT: &str = "INSERT INTO alk.kv AS cur (bucket, key, value, expires_at) \
-VALUES ($1, $2, $3, $4) ON CONFLICT (bucket, key) DO UPDATE SET value = EXCLUDED.value, \
-expires_at = EXCLUDED.expires_at WHERE cur.expires_at <= $5 RETURNING 1";
-/// Deletes a key.
-pub const KV_DELETE: &str = "DELETE FROM alk.kv WHERE bucket = $1 AND key = $2";
-/// Live keys in `[$2, $3)` in byte order (the range of a prefix), `$2`
-/// itself only when `$5` (a page after the first starts at the last key
-/// returned, exclusive), at most `$6`, with each value's size; a value
-/// itself only while the sizes up to it stay within `$7` bytes (or it is
-/// the first).
-pub const KV_SCAN_RANGE: &str = "SELECT key, size, CASE WHEN running <= $7 OR running = size THEN value END FROM (\
-SELECT key, value, length(value)::bigint AS size, sum(length(value)) OVER (ORDER BY key ROWS UNBOUNDED PRECEDING) AS running \
-FROM (SELECT key, value FROM alk.kv WHERE bucket = $1 AND key >= $2 AND (key > $2 OR $5) AND key < $3 \
-AND (expires_at IS NULL OR expires_at > $4) ORDER BY key LIMIT $6) AS page) AS sized ORDER BY key";
-/// [`KV_SCAN_RANGE`] from `$2` on, without an upper end (the empty
-/// prefix): now `$3`, `$2` included `$4`, at most `$5`, cap `$6`.
-pub const KV_SCAN_FROM: &str = "SELECT key, size, CASE WHEN running <= $6 OR running = size THEN value END FROM (\
-SELECT key, value, length(value)::bigint AS size, sum(length(value)) OVER (ORDER BY key ROWS UNBOUNDED PRECEDING) AS running \
-FROM (SELECT key, value FROM alk.kv WHERE bucket = $1 AND key >= $2 AND (key > $2 OR $4) \
-AND (expires_at IS NULL OR expires_at > $3) ORDER BY key LIMIT $5) AS page) AS sized ORDER BY key";
-/// [`KV_SCAN_RANGE`] without the values: a key listing reads none. Bucket
-/// `$1`, from `$2` (included when `$5`) to before `$3`, now `$4`, at most
-/// `$6` rows.
-pub const KV_KEYS_RANGE: &str = "SELECT key FROM alk.kv WHERE bucket = $1 AND key >= $2 AND (key > $2 OR $5) AND key < $3 \
-AND (expires_at IS NULL OR expires_at > $4) ORDER BY key LIMIT $6";
-/// [`KV_KEYS_RANGE`] without an upper end: now `$3`, `$2` included `$4`,
-/// at most `$5`.
-pub const KV_KEYS_FROM: &str = "SELECT key FROM alk.kv WHERE bucket = $1 AND key >= $2 AND (key > $2 OR $4) \
-AND (expires_at IS NULL OR expires_at > $3) ORDER BY key LIMIT $5";
-/// Compare-and-swap by value: returns a row when key `$2` held `$5` and was
-/// live at `$6`, and now holds `$3` with expiry `$4`.
-pub const KV_SWAP: &str = "UPDATE alk.kv SET value = $3, expires_at = $4 \
-WHERE bucket = $1 AND key = $2 AND value = $5 AND (expires_at IS NULL OR expires_at > $6) RETURNING 1";
-/// Deletes several keys at once.
-pub const KV_DELETE_MANY: &str = "DELETE FROM alk.kv WHERE bucket = $1 AND key = ANY($2)";
-
-/// Appends messages: `$2` of them, kinds `$3`, bodies `$4`, sent at `$5`,
-/// with the stamp: group `$6` (or NULL), priority `$7`, due at `$8`,
-/// attempt limit `$9`, backoff base `$10`, expiry `$11`. A message with a
-/// group first joins it to the round (`joined`): a new group comes in
-/// at the highest place served so far, an existing one keeps its place
-/// and takes the higher priority. The group row, then the queue's counter
-/// row (which hands out the ids) stay locked until commit, so ids of one
-/// queue commit in order.
-pub const Q_SEND: &str = "WITH joined AS (INSERT INTO alk.groups AS g (queue, group_key, priority, served) \
-SELECT $1::text, $6::bytea, $7::integer, coalesce((SELECT max(served) FROM alk.groups WHERE queue = $1), 0) \
-WHERE $6::bytea IS NOT NULL ON CONFLICT (queue, group_key) DO UPDATE SET priority = greatest(g.priority, EXCLUDED.priority) RETURNING 1), \
-n AS (INSERT INTO alk.queues AS q (queue, last_id) SELECT $1, $2::bigint WHERE (SELECT count(*) FROM joined) >= 0 \
-ON CONFLICT (queue) DO UPDATE SET last_id = q.last_id + $2 RETURNING last_id) \
-INSERT INTO alk.messages (queue, id, payload_type, payload_data, enqueued_at, visible_at, ready_at, priority, group_key, max_attempts, backoff_base_ms, expires_at) \
-SELECT $1, n.last_id - $2 + t.ord, t.kind, t.data, $5::bigint, $8::bigint, $8, $7, $6, $9::integer, $10::bigint, $11::bigint FROM n, \
-unnest($3::text[], $4::bytea[]) WITH ORDINALITY AS t(kind, data, ord) RETURNING id";
-/// Claims up to `$4` due messages without a group of priority `$3` or
-/// more, by priority, ready time and id, hidden until `$5`, under the
-/// claim's UUID `$6`; with `$7`, only while the queue has no group. Rows
-/// locked by another claimer are skipped, and the update checks again that
-/// each row is still due. Rows: kind 0, a claimed message; 1, a due
-/// message that expired; 2, a due message whose attempts are used up
-/// (neither is claimed); 3, the queue has a group (with `$7`: nothing was
-/// claimed).
-pub const Q_CLAIM_LANE: &str = "WITH due AS (SELECT m.id, m.attempt, (m.expires_at <= $2) IS TRUE AS expired, \
-(m.attempt >= m.max_attempts) IS TRUE AS spent FROM alk.messages AS m \
-WHERE m.queue = $1 AND m.group_key IS NULL AND m.visible_at <= $2 AND m.priority >= $3 \
-AND NOT ($7::boolean AND EXISTS (SELECT 1 FROM alk.groups AS g WHERE g.queue = $1 AND g.group_key <> ''::bytea)) \
-ORDER BY m.priority DESC, m.ready_at, m.id LIMIT $4 FOR UPDATE SKIP LOCKED), \
-took AS (UPDATE alk.messages AS m SET visible_at = $5, attempt = m.attempt + 1, receipt_handle = $6 FROM due \
-WHERE m.queue = $1 AND m.id = due.id AND m.visible_at <= $2 AND NOT due.expired AND NOT due.spent \
-RETURNING m.id, m.payload_type, m.payload_data, m.attempt, m.priority, m.ready_at, m.group_key, m.max_attempts) \
-SELECT 0, id, payload_type, payload_data, attempt, priority, ready_at, group_key, max_attempts FROM took \
-UNION ALL SELECT CASE WHEN expired THEN 1 ELSE 2 END, id, NULL, NULL, attempt, NULL, NULL, NULL, NULL FROM due WHERE expired OR spent \
-UNION ALL SELECT 3, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL \
-WHERE $7 AND EXISTS (SELECT 1 FROM alk.groups AS g WHERE g.queue = $1 AND g.group_key <> ''::bytea)";
-/// The groups of priority `$3` or more whose oldest message is due at
-/// `$2`, in the order of the round (served longest ago first, then the
-/// first to join), at most `$4`: each group's key, place, oldest message,
-/// and the place of the messages without a group.
-pub const Q_HEADS: &str = "SELECT g.group_key, g.served, h.id, \
-coalesce((SELECT l.served FROM alk.groups AS l WHERE l.queue = $1 AND l.group_key = ''::bytea), 0) \
-FROM alk.groups AS g CROSS JOIN LATERAL (SELECT m.id, m.visible_at FROM alk.messages AS m \
-WHERE m.queue = $1 AND m.group_key = g.group_key ORDER BY m.id LIMIT 1) AS h \
-WHERE g.queue = $1 AND g.group_key <> ''::bytea AND g.priority >= $3 AND h.visible_at <= $2 \
-ORDER BY g.served, g.seq LIMIT $4";
-/// Locks up to `$3` of the groups `$2`, in the order of the round, passing
-/// over groups another claimer holds; the keys locked.
-pub const Q_LOCK_ROUND: &str = "SELECT group_key FROM alk.groups WHERE queue = $1 AND group_key = ANY($2::bytea[]) \
-ORDER BY served, seq LIMIT $3 FOR UPDATE SKIP LOCKED";
-/// Claims the messages `$3` that are due at `$2` and still the oldest of
-/// their group, hidden until `$4`, under the claim's UUID `$5`; rows as
-/// [`Q_CLAIM_LANE`]'s (kinds 0 to 2).
-pub const Q_CLAIM_HEADS: &str = "WITH due AS (SELECT m.id, m.attempt, (m.expires_at <= $2) IS TRUE AS expired, \
-(m.attempt >= m.max_attempts) IS TRUE AS spent FROM alk.messages AS m \
-WHERE m.queue = $1 AND m.id = ANY($3::bigint[]) AND m.visible_at <= $2 \
-AND NOT EXISTS (SELECT 1 FROM alk.messages AS o WHERE o.queue = $1 AND o.group_key = m.group_key AND o.id < m.id) FOR UPDATE), \
-took AS (UPDATE alk.messages AS m SET visible_at = $4, attempt = m.attempt + 1, receipt_handle = $5 FROM due \
-WHERE m.queue = $1 AND m.id = due.id AND m.visible_at <= $2 AND NOT due.expired AND NOT due.spent \
-RETURNING m.id, m.payload_type, m.payload_data, m.attempt, m.priority, m.ready_at, m.group_key, m.max_attempts) \
-SELECT 0, id, payload_type, payload_data, attempt, priority, ready_at, group_key, max_attempts FROM took \
-UNION ALL SELECT CASE WHEN expired THEN 1 ELSE 2 END, id, NULL, NULL, attempt, NULL, NULL, NULL, NULL FROM due WHERE expired OR spent";
-/// Moves the messages `$2` to the dead letters with the errors `$3`, at
-/// `$5`; a message whose receipt in `$4` is not NULL only while that
-/// receipt is current. The ids moved, and their groups.
-pub const Q_BURY: &str = "WITH gone AS (DELETE FROM alk.messages AS m \
-USING unnest($2::bigint[], $3::bytea[], $4::uuid[]) AS u(id, error, receipt) \
-WHERE m.queue = $1 AND m.id = u.id AND (u.receipt IS NULL OR m.receipt_handle = u.receipt) \
-RETURNING m.queue, m.id, m.payload_type, m.payload_data, m.enqueued_at, m.visible_at, m.ready_at, m.attempt, m.priority, \
-m.group_key, m.max_attempts, m.backoff_base_ms, m.expires_at, u.error) \
-INSERT INTO alk.dead (queue, id, payload_type, payload_data, enqueued_at, visible_at, ready_at, attempt, priority, \
-group_key, max_attempts, backoff_base_ms, expires_at, last_error, died_at) \
-SELECT queue, id, payload_type, payload_data, enqueued_at, visible_at, ready_at, attempt, priority, \
-group_key, max_attempts, backoff_base_ms, expires_at, error, $5::bigint FROM gone RETURNING id, group_key";
-/// Moves the participants `$2` that delivered messages to a claim (the
-/// empty key: the messages without a group) to the back of the round, in
-/// that order: groups no longer there are passed over, and the messages
-/// without a group move only while the queue has a group.
-pub const Q_SERVE: &str = "WITH top AS (SELECT coalesce(max(served), 0) AS m FROM alk.groups WHERE queue = $1), \
-s AS (SELECT t.key, top.m + row_number() OVER (ORDER BY t.ord) AS served FROM top, unnest($2::bytea[]) WITH ORDINALITY AS t(key, ord) \
-WHERE EXISTS (SELECT 1 FROM alk.groups AS e WHERE e.queue = $1 AND e.group_key <> ''::bytea AND (t.key = ''::bytea OR e.group_key = t.key))), \
-lane AS (INSERT INTO alk.groups AS g (queue, group_key, seq, priority, served) SELECT $1::text, s.key, 0, 0, s.served FROM s \
-WHERE s.key = ''::bytea ON CONFLICT (queue, group_key) DO UPDATE SET served = EXCLUDED.served) \
-UPDATE alk.groups AS g SET served = s.served FROM s WHERE g.queue = $1 AND g.group_key = s.key AND s.key <> ''::bytea";
-/// Locks the groups `$2`, in key order, waiting for their holders.
-pub const Q_GROUP_LOCK: &str = "SELECT group_key FROM alk.groups WHERE queue = $1 AND group_key = ANY($2::bytea[]) \
-ORDER BY group_key FOR UPDATE";
-/// Deletes those of the groups `$2` that have no message left.
-pub const Q_GROUP_DROP: &str = "DELETE FROM alk.groups AS g WHERE g.queue = $1 AND g.group_key = ANY($2::bytea[]) \
-AND g.group_key <> ''::bytea AND NOT EXISTS (SELECT 1 FROM alk.messages AS m WHERE m.queue = $1 AND m.group_key = g.group_key)";
-/// A message's group, receipt, attempts and backoff base.
-pub const Q_LOOKUP: &str = "SELECT group_key, receipt_handle, attempt, max_attempts, backoff_base_ms \
-FROM alk.messages WHERE queue = $1 AND id = $2";
-/// Makes a message due at `$4`, by its current receipt.
-pub const Q_NACK: &str =
-    "UPDATE alk.messages SET visible_at = $4 WHERE queue = $1 AND id = $2 AND receipt_handle = $3";
-/// Moves the deadline of a delivery to `$4`, by its current receipt,
-/// unless it passed by `$5`.
-pub const Q_HEARTBEAT: &str = "UPDATE alk.messages SET visible_at = $4 \
-WHERE queue = $1 AND id = $2 AND receipt_handle = $3 AND visible_at > $5";
-/// Ends a delivery as failed, by its current receipt: due and ready again
-/// at `$4`, with the error `$5`; the receipt is no longer current.
-pub const Q_RETRY: &str = "UPDATE alk.messages SET visible_at = $4, ready_at = $4, receipt_handle = NULL, last_error = $5 \
-WHERE queue = $1 AND id = $2 AND receipt_handle = $3";
-/// Deletes the messages of every current receipt (pairs of `$2`, `$3`);
-/// only those without a group unless `$4`.
-pub const Q_ACK_BATCH: &str = "DELETE FROM alk.messages AS m USING unnest($2::bigint[], $3::uuid[]) AS r(id, receipt) \
-WHERE m.queue = $1 AND m.id = r.id AND m.receipt_handle = r.receipt AND (m.group_key IS NULL OR $4::boolean) \
-RETURNING m.id, m.receipt_handle";
-/// Which of the ids `$2` still exist, and their groups.
-pub const Q_EXISTING: &str =
-    "SELECT id, group_key FROM alk.messages WHERE queue = $1 AND id = ANY($2::bigint[])";
-/// Deletes a message, whatever its state; its group.
-pub const Q_CANCEL: &str =
-    "DELETE FROM alk.messages WHERE queue = $1 AND id = $2 RETURNING group_key";
-/// Deletes a dead letter.
-pub const Q_CANCEL_DEAD: &str = "DELETE FROM alk.dead WHERE queue = $1 AND id = $2";
-/// Message `$2`, in the queue or in the dead letters.
-pub const Q_JOB: &str = "SELECT id, payload_type, payload_data, receipt_handle IS NOT NULL, visible_at, attempt, max_attempts, \
-priority, group_key, enqueued_at, expires_at, last_error, NULL::bigint FROM alk.messages WHERE queue = $1 AND id = $2 \
-UNION ALL SELECT id, payload_type, payload_data, false, visible_at, attempt, max_attempts, \
-priority, group_key, enqueued_at, expires_at, last_error, died_at FROM alk.dead WHERE queue = $1 AND id = $2";
-/// The groups of the messages that expired by `$2`.
-pub const Q_EXPIRED_GROUPS: &str = "SELECT DISTINCT group_key FROM alk.messages \
-WHERE queue = $1 AND expires_at <= $2 AND group_key IS NOT NULL";
-/// Moves every message that expired by `$2` to the dead letters with the
-/// error `$3`; the ids moved, and their groups.
-pub const Q_SWEEP: &str = "WITH gone AS (DELETE FROM alk.messages WHERE queue = $1 AND expires_at <= $2 \
-RETURNING queue, id, payload_type, payload_data, enqueued_at, visible_at, ready_at, attempt, priority, \
-group_key, max_attempts, backoff_base_ms, expires_at) \
-INSERT INTO alk.dead (queue, id, payload_type, payload_data, enqueued_at, visible_at, ready_at, attempt, priority, \
-group_key, max_attempts, backoff_base_ms, expires_at, last_error, died_at) \
-SELECT queue, id, payload_type, payload_data, enqueued_at, visible_at, ready_at, attempt, priority, \
-group_key, max_attempts, backoff_base_ms, expires_at, $3::bytea, $2::bigint FROM gone RETURNING id, group_key";
-/// Up to `$3` dead letters with ids above `$2`, by id (columns as
-/// [`Q_JOB`]'s).
-pub const Q_DEAD_PAGE: &str = "SELECT id, payload_type, payload_data, false, visible_at, attempt, max_attempts, \
-priority, group_key, enqueued_at, expires_at, last_error, died_at FROM alk.dead \
-WHERE queue = $1 AND id > $2 ORDER BY id LIMIT $3";
-/// Locks the dead letters `$2`; their groups and priorities.
-pub const Q_DEAD_LOOKUP: &str = "SELECT id, group_key, priority FROM alk.dead \
-WHERE queue = $1 AND id = ANY($2::bigint[]) ORDER BY id FOR UPDATE";
-/// Joins the groups `$2` (each once) to the round with the priorities
-/// `$3`, in that order, as a send does.
-pub const Q_JOIN: &str = "INSERT INTO alk.groups AS g (queue, group_key, priority, served) \
-SELECT $1::text, t.key, t.priority, coalesce((SELECT max(served) FROM alk.groups WHERE queue = $1), 0) \
-FROM unnest($2::bytea[], $3::integer[]) WITH ORDINALITY AS t(key, priority, ord) ORDER BY t.ord \
-ON CONFLICT (queue, group_key) DO UPDATE SET priority = greatest(g.priority, EXCLUDED.priority)";
-/// Sends the dead letters `$2` again as new messages, due and ready at
-/// `$3`, attempts reset, expiry cleared, other options and last error kept.
-/// New ids come from the queue's counter row, one per dead letter, in the
-/// order of `$4` (the ids found, in the caller's order).
-pub const Q_REDRIVE: &str = "WITH back AS (DELETE FROM alk.dead WHERE queue = $1 AND id = ANY($2::bigint[]) \
-RETURNING id, payload_type, payload_data, priority, group_key, max_attempts, backoff_base_ms, last_error), \
-n AS (INSERT INTO alk.queues AS q (queue, last_id) SELECT $1, count(*) FROM back HAVING count(*) > 0 \
-ON CONFLICT (queue) DO UPDATE SET last_id = q.last_id + EXCLUDED.last_id RETURNING last_id) \
-INSERT INTO alk.messages (queue, id, payload_type, payload_data, enqueued_at, visible_at, ready_at, attempt, priority, \
-group_key, max_attempts, backoff_base_ms, expires_at, last_error) \
-SELECT $1, n.last_id - (SELECT count(*) FROM back) + array_position($4::bigint[], b.id), b.payload_type, b.payload_data, \
-$3::bigint, $3::bigint, $3::bigint, 0, b.priority, b.group_key, b.max_attempts, b.backoff_base_ms, NULL, b.last_error \
-FROM n, back AS b RETURNING id";
-/// Deletes every dead letter of a queue.
-pub const Q_PURGE_DEAD: &str = "DELETE FROM alk.dead WHERE queue = $1";
-/// Deletes every group of a queue (the place of the messages without a
-/// group stays).
-pub const Q_PURGE_GROUPS: &str =
-    "DELETE FROM alk.groups WHERE queue = $1 AND group_key <> ''::bytea";
-/// When the next message becomes due.
-pub const Q_NEXT_VISIBLE: &str = "SELECT min(visible_at) FROM alk.messages WHERE queue = $1";
-/// Deletes every message of a queue (its ids are never reused).
-pub const Q_PURGE: &str = "DELETE FROM alk.messages WHERE queue = $1";
-
-/// Appends events: `$2` of them, keys `$3`, payloads `$4`, at `$5`. The
-/// stream's counter row stays locked until commit: a publisher of the same
-/// stream waits, so offsets become visible in order and a reader that saw
-/// offset n never later finds a lower one appear.
-pub const S_PUBLISH: &str = "WITH n AS (INSERT INTO alk.streams AS s (stream, last_offset) VALUES ($1, $2) \
-ON CONFLICT (stream) DO UPDATE SET last_offset = s.last_offset + $2 RETURNING last_offset) \
-INSERT INTO alk.events (stream, seq, key, payload, created_at) \
-SELECT $1, n.last_offset - $2 + t.ord, t.key, t.payload, $5 FROM n, \
-unnest($3::text[], $4::bytea[]) WITH ORDINALITY AS t(key, payload, ord) RETURNING seq";
-/// Events after an offset, in offset order, at most `$3`, with each
-/// payload's size; a payload itself only while the sizes up to it stay
-/// within `$4` bytes (or it is the first).
-pub const S_READ: &str = "SELECT seq, key, size, CASE WHEN running <= $4 OR running = size THEN payload END, created_at FROM (\
-SELECT seq, key, payload, created_at, length(payload)::bigint AS size, \
-sum(length(payload)) OVER (ORDER BY seq ROWS UNBOUNDED PRECEDING) AS running \
-FROM (SELECT seq, key, payload, created_at FROM alk.events WHERE stream = $1 AND seq > $2 ORDER BY seq LIMIT $3) AS page) AS sized ORDER BY seq";
-/// The highest offset ever assigned in a stream.
-pub const S_LAST: &str = "SELECT last_offset FROM alk.streams WHERE stream = $1";
-/// Saves a consumer's offset unless that would move it back.
-pub const S_SAVE: &str = "INSERT INTO alk.consumer_offsets AS c (stream, consumer, seq) VALUES ($1, $2, $3) \
-ON CONFLICT (stream, consumer) DO UPDATE SET seq = EXCLUDED.seq WHERE EXCLUDED.seq > c.seq";
-/// A consumer's saved offset.
-pub const S_GET_OFFSET: &str =
-    "SELECT seq FROM alk.consumer_offsets WHERE stream = $1 AND consumer = $2";
-/// Deletes the events at or below a horizon.
-pub const S_TRIM: &str = "DELETE FROM alk.events WHERE stream = $1 AND seq <= $2";
-
-/// Serializes the stream transactions of a schema (`$1` =
-/// `alk-stream-tx:<schema>`) until commit or rollback, as the file engine's
-/// store lock does: two transactions never wait for each other's streams
-/// in opposite orders (a deadlock the server would break by aborting one).
-pub const S_TX_LOCK: &str = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))";
-
-/// Takes a lock that is free or expired at `$3`, until `$4`; its new token.
-pub const L_ACQUIRE: &str = "INSERT INTO alk.locks AS l (name, owner, token, acquired_at, expires_at) \
-VALUES ($1, $2, 1, $3, $4) ON CONFLICT (name) DO UPDATE SET owner = EXCLUDED.owner, token = l.token + 1, \
-acquired_at = EXCLUDED.acquired_at, expires_at = EXCLUDED.expires_at \
-WHERE l.owner IS NULL OR l.expires_at <= $3 RETURNING token";
-/// Moves the deadline of a live acquisition.
-pub const L_RENEW: &str = "UPDATE alk.locks SET expires_at = $4 \
-WHERE name = $1 AND owner = $2 AND token = $3 AND expires_at > $5";
-/// Releases a live acquisition (the row and its token stay).
-pub const L_RELEASE: &str = "UPDATE alk.locks SET owner = NULL, expires_at = NULL \
-WHERE name = $1 AND owner = $2 AND token = $3 AND expires_at > $4";
-/// The live holder of a lock.
-pub const L_HOLDER: &str = "SELECT owner, expires_at, token FROM alk.locks \
-WHERE name = $1 AND owner IS NOT NULL AND expires_at > $2";
-
-/// Creates schedule `$1`, or replaces every column of the one of that name:
-/// spec `$2`, interval `$3`, queue `$4`, payload kind `$5` and body `$6`,
-/// the send options priority `$7`, delay `$8`, run-at `$9`, attempt limit
-/// `$10`, backoff base `$11`, expiry `$12`, group `$13` (each NULL when not
-/// given), and the next boundary `$14`.
-pub const SC_PUT: &str = "INSERT INTO alk.schedules (name, spec, every_ms, queue, payload_type, payload_data, \
-priority, delay_ms, run_at_ms, max_attempts, backoff_base_ms, expires_in_ms, group_key, next_due) \
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) ON CONFLICT (name) DO UPDATE SET \
-spec = EXCLUDED.spec, every_ms = EXCLUDED.every_ms, queue = EXCLUDED.queue, payload_type = EXCLUDED.payload_type, \
-payload_data = EXCLUDED.payload_data, priority = EXCLUDED.priority, delay_ms = EXCLUDED.delay_ms, \
-run_at_ms = EXCLUDED.run_at_ms, max_attempts = EXCLUDED.max_attempts, backoff_base_ms = EXCLUDED.backoff_base_ms, \
-expires_in_ms = EXCLUDED.expires_in_ms, group_key = EXCLUDED.group_key, next_due = CASE WHEN alk.schedules.every_ms = EXCLUDED.every_ms THEN alk.schedules.next_due ELSE EXCLUDED.next_due END";
-/// Deletes a schedule.
-pub const SC_REMOVE: &str = "DELETE FROM alk.schedules WHERE name = $1";
-/// One schedule (columns in the order of the table).
-pub const SC_GET: &str = "SELECT name, spec, every_ms, queue, payload_type, payload_data, priority, delay_ms, \
-run_at_ms, max_attempts, backoff_base_ms, expires_in_ms, group_key, next_due FROM alk.schedules WHERE name = $1";
-/// Every schedule, in the byte order of their names (columns as
-/// [`SC_GET`]'s).
-pub const SC_LIST: &str = "SELECT name, spec, every_ms, queue, payload_type, payload_data, priority, delay_ms, \
-run_at_ms, max_attempts, backoff_base_ms, expires_in_ms, group_key, next_due FROM alk.schedules ORDER BY name";
-/// Moves schedule `$1` from boundary `$2` to `$3`, only while `$2` is its
-/// next boundary; its queue and payload when it did. The row stays locked
-/// until the firing transaction ends, so a racing firing of the same
-/// boundary waits, then finds the boundary moved and changes nothing.
-pub const SC_FIRE: &str = "UPDATE alk.schedules SET next_due = $3 WHERE name = $1 AND next_due = $2 \
-RETURNING queue, payload_type, payload_data";
-
-/// Wakes other hosts: one notification per topic `$2` on channel `$1`.
-pub const NOTIFY: &str = "SELECT pg_notify($1, t) FROM unnest($2::text[]) AS t";
 
 /// Every statement, by name (the document lists each).
 pub const STATEMENTS: &[(&str, &str)] = &[

@@ -1,32 +1,59 @@
 //! Streams: rows of `events`, offsets from the stream's row in `streams`
 //! (locked until commit, so offsets of one stream become visible in order),
-//! consumer offsets in `consumer_offsets`; transactions on one pooled
-//! connection, which also carry sends to queues (by the queue store's own
-//! send statement, so the jobs commit or roll back with the events and
-//! offsets).
+//! consumer offsets in `consumer_offsets`; transactions are in `tx`.
 
 use std::sync::Arc;
 
-use alk_store::jobs::Stamp;
 use alk_store::limits::page;
-use alk_store::queue::Payload;
-use alk_store::stream::{Event, StreamEngine, TxEngine, TxFailure};
+use alk_store::stream::{Event, StreamEngine, TxEngine};
 use alk_store::{AlkError, AlkResult};
 use async_trait::async_trait;
 use deadpool_postgres::GenericClient;
 
-use crate::{Conn, Fail, Inner, describe_pg, sql};
+use crate::conn::Inner;
+use crate::queue::Q_SEND;
+use crate::tx::PgTx;
+
+// The statements of this module (each listed by name in
+// `sql::STATEMENTS`, which a test checks against the format document).
+
+/// Appends events: `$2` of them, keys `$3`, payloads `$4`, at `$5`. The
+/// stream's counter row stays locked until commit: a publisher of the same
+/// stream waits, so offsets become visible in order and a reader that saw
+/// offset n never later finds a lower one appear.
+pub const S_PUBLISH: &str = "WITH n AS (INSERT INTO alk.streams AS s (stream, last_offset) VALUES ($1, $2) \
+ON CONFLICT (stream) DO UPDATE SET last_offset = s.last_offset + $2 RETURNING last_offset) \
+INSERT INTO alk.events (stream, seq, key, payload, created_at) \
+SELECT $1, n.last_offset - $2 + t.ord, t.key, t.payload, $5 FROM n, \
+unnest($3::text[], $4::bytea[]) WITH ORDINALITY AS t(key, payload, ord) RETURNING seq";
+/// Events after an offset, in offset order, at most `$3`, with each
+/// payload's size; a payload itself only while the sizes up to it stay
+/// within `$4` bytes (or it is the first).
+pub const S_READ: &str = "SELECT seq, key, size, CASE WHEN running <= $4 OR running = size THEN payload END, created_at FROM (\
+SELECT seq, key, payload, created_at, length(payload)::bigint AS size, \
+sum(length(payload)) OVER (ORDER BY seq ROWS UNBOUNDED PRECEDING) AS running \
+FROM (SELECT seq, key, payload, created_at FROM alk.events WHERE stream = $1 AND seq > $2 ORDER BY seq LIMIT $3) AS page) AS sized ORDER BY seq";
+/// The highest offset ever assigned in a stream.
+pub const S_LAST: &str = "SELECT last_offset FROM alk.streams WHERE stream = $1";
+/// Saves a consumer's offset unless that would move it back.
+pub const S_SAVE: &str = "INSERT INTO alk.consumer_offsets AS c (stream, consumer, seq) VALUES ($1, $2, $3) \
+ON CONFLICT (stream, consumer) DO UPDATE SET seq = EXCLUDED.seq WHERE EXCLUDED.seq > c.seq";
+/// A consumer's saved offset.
+pub const S_GET_OFFSET: &str =
+    "SELECT seq FROM alk.consumer_offsets WHERE stream = $1 AND consumer = $2";
+/// Deletes the events at or below a horizon.
+pub const S_TRIM: &str = "DELETE FROM alk.events WHERE stream = $1 AND seq <= $2";
 
 /// The statements of the stream store, for one schema.
-struct Statements {
-    publish: String,
+pub(crate) struct Statements {
+    pub(crate) publish: String,
     read: String,
     last: String,
     save: String,
     get_offset: String,
     trim: String,
     /// The queue store's send, for sends inside a transaction.
-    send: String,
+    pub(crate) send: String,
 }
 
 /// The streams of a schema.
@@ -39,13 +66,13 @@ impl PgStreams {
     pub(crate) fn new(inner: Arc<Inner>) -> PgStreams {
         let s = &inner.sql;
         let sql = Arc::new(Statements {
-            publish: s.get(sql::S_PUBLISH),
-            read: s.get(sql::S_READ),
-            last: s.get(sql::S_LAST),
-            save: s.get(sql::S_SAVE),
-            get_offset: s.get(sql::S_GET_OFFSET),
-            trim: s.get(sql::S_TRIM),
-            send: s.get(sql::Q_SEND),
+            publish: s.get(S_PUBLISH),
+            read: s.get(S_READ),
+            last: s.get(S_LAST),
+            save: s.get(S_SAVE),
+            get_offset: s.get(S_GET_OFFSET),
+            trim: s.get(S_TRIM),
+            send: s.get(Q_SEND),
         });
         PgStreams { inner, sql }
     }
@@ -60,7 +87,7 @@ fn to_i64(v: u64) -> i64 {
 }
 
 /// Appends `events` to `stream` at `now` (database time); their offsets.
-async fn publish_on<C: GenericClient + Sync>(
+pub(crate) async fn publish_on<C: GenericClient + Sync>(
     c: &C,
     sql: &str,
     stream: &str,
@@ -84,7 +111,7 @@ async fn publish_on<C: GenericClient + Sync>(
 
 /// Saves an offset unless it is beyond the stream's last: `Ok(Err(…))` is
 /// that refusal, made before anything was written.
-async fn save_on<C: GenericClient + Sync>(
+pub(crate) async fn save_on<C: GenericClient + Sync>(
     c: &C,
     sql: &Statements,
     stream: &str,
@@ -230,144 +257,6 @@ impl StreamEngine for PgStreams {
     }
 
     async fn begin(&self) -> AlkResult<Box<dyn TxEngine>> {
-        let mut conn = self.inner.conn().await?;
-        let key = format!("alk-stream-tx:{}", self.inner.sql.schema());
-        let started = async {
-            conn.begin().await?;
-            conn.execute(sql::S_TX_LOCK, &[&key]).await
-        };
-        if let Err(e) = started.await {
-            // The transaction is open: dropping the connection closes it.
-            return Err(self.inner.error(Fail::Pg(e)));
-        }
-        Ok(Box::new(PgTx {
-            inner: self.inner.clone(),
-            sql: self.sql.clone(),
-            conn: Some(conn),
-        }))
-    }
-}
-
-/// An open transaction on its own pooled connection. A connection leaves
-/// the transaction by a `COMMIT` or `ROLLBACK` the server answered before
-/// it goes back to the pool; one whose transaction is abandoned (dropped,
-/// failed, or its end failed) is closed instead, which makes the server
-/// roll back (see [`Conn`]).
-struct PgTx {
-    inner: Arc<Inner>,
-    sql: Arc<Statements>,
-    conn: Option<Conn>,
-}
-
-impl PgTx {
-    /// The connection, or the failure of a transaction already over.
-    fn conn(&self) -> Result<&deadpool_postgres::Object, TxFailure> {
-        self.conn
-            .as_deref()
-            .ok_or_else(|| TxFailure::Failed("the transaction is over".into()))
-    }
-
-    /// Ends the transaction after a failed statement (closing the
-    /// connection rolls it back) and says why.
-    fn failed(&mut self, e: tokio_postgres::Error) -> TxFailure {
-        self.abandon();
-        TxFailure::Failed(format!("postgres: {}", describe_pg(&e)))
-    }
-
-    /// Closes the connection (its transaction is open), which makes the
-    /// server roll back.
-    fn abandon(&mut self) {
-        drop(self.conn.take());
-    }
-}
-
-#[async_trait]
-impl TxEngine for PgTx {
-    async fn publish(
-        &mut self,
-        stream: &str,
-        key: Option<&str>,
-        payload: &[u8],
-        now: i64,
-    ) -> Result<u64, TxFailure> {
-        let now = self.inner.clock.to_db(now);
-        let result = {
-            let conn = self.conn()?;
-            publish_on(conn, &self.sql.publish, stream, &[(key, payload)], now).await
-        };
-        match result {
-            Ok(offsets) => offsets
-                .first()
-                .copied()
-                .ok_or_else(|| TxFailure::Failed("publish returned no offset".into())),
-            Err(e) => Err(self.failed(e)),
-        }
-    }
-
-    async fn save_offset(
-        &mut self,
-        stream: &str,
-        consumer: &str,
-        to: u64,
-    ) -> Result<(), TxFailure> {
-        let result = {
-            let conn = self.conn()?;
-            save_on(conn, &self.sql, stream, consumer, to).await
-        };
-        match result {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(refused)) => Err(TxFailure::Refused(refused)),
-            Err(e) => Err(self.failed(e)),
-        }
-    }
-
-    async fn enqueue(
-        &mut self,
-        queue: &str,
-        payloads: &[Payload],
-        stamp: &Stamp,
-        now: i64,
-    ) -> Result<(), TxFailure> {
-        // Everything was checked by the core: nothing is refused here, and
-        // a failed statement has already aborted the server's transaction.
-        let result = {
-            let conn = self.conn()?;
-            let clock = &*self.inner.clock;
-            crate::queue::send_on(conn, &self.sql.send, clock, queue, payloads, stamp, now).await
-        };
-        match result {
-            Ok(_) => Ok(()),
-            Err(Fail::Pg(e) | Fail::CommitUnknown(e)) => Err(self.failed(e)),
-            Err(Fail::Alk(e)) => {
-                self.abandon();
-                Err(TxFailure::Failed(e.to_string()))
-            }
-        }
-    }
-
-    async fn commit(mut self: Box<Self>) -> AlkResult<()> {
-        let Some(mut conn) = self.conn.take() else {
-            return Err(AlkError::TransactionAborted(
-                "the transaction is over".into(),
-            ));
-        };
-        // On failure `conn` is dropped with its transaction open: closed.
-        match conn.end("COMMIT").await {
-            Ok(()) => Ok(()),
-            Err(e) if crate::commit_outcome_unknown(&e) => Err(AlkError::Internal(
-                crate::unknown_commit_text(&self.inner.target, &e),
-            )),
-            Err(e) => Err(AlkError::TransactionAborted(format!(
-                "postgres: the server refused the COMMIT, nothing was committed: {}",
-                describe_pg(&e)
-            ))),
-        }
-    }
-
-    async fn rollback(mut self: Box<Self>) {
-        if let Some(mut conn) = self.conn.take() {
-            // Closed instead when the ROLLBACK fails.
-            let _ = conn.end("ROLLBACK").await;
-        }
+        Ok(Box::new(PgTx::begin(&self.inner, &self.sql).await?))
     }
 }

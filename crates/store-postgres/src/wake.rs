@@ -23,7 +23,14 @@ use futures::StreamExt;
 use tokio::sync::mpsc;
 use tokio_postgres::{AsyncMessage, NoTls};
 
-use crate::{Clockwork, describe_pg, sql};
+use crate::clock::Clockwork;
+use crate::conn::describe_pg;
+
+// The statements of this module (each listed by name in
+// `sql::STATEMENTS`, which a test checks against the format document).
+
+/// Wakes other hosts: one notification per topic `$2` on channel `$1`.
+pub const NOTIFY: &str = "SELECT pg_notify($1, t) FROM unnest($2::text[]) AS t";
 
 /// What the wake task is asked to do.
 enum Out {
@@ -254,7 +261,7 @@ async fn run(
                     } else {
                         tokio::time::timeout(
                             CALL_LIMIT,
-                            client.execute(sql::NOTIFY, &[&channel, &topics]),
+                            client.execute(NOTIFY, &[&channel, &topics]),
                         )
                         .await
                     };

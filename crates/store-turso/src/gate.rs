@@ -34,7 +34,7 @@ use tokio::sync::{Mutex, OwnedMutexGuard};
 use tokio::time::Instant;
 use turso::Connection;
 
-use super::open::Durability;
+use crate::options::Durability;
 use alk_store::{AlkError, AlkResult};
 
 /// Most writers one group commit takes.

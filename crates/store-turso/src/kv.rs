@@ -22,8 +22,10 @@ use turso::{Connection, Value};
 
 use alk_store::kv::Expected;
 
-use crate::open::{Format, NewKv, Store, StoreOptions, open_store};
+use crate::format::Format;
+use crate::options::{NewKv, StoreOptions};
 use crate::retry::{Failure, exec, query};
+use crate::store::{Store, open_store};
 
 /// The DDL of `localkv.v1`, run (idempotently) on every open.
 pub const DDL: &str = "\

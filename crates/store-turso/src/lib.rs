@@ -7,28 +7,50 @@
 //! - `kv/<bucket>/localkv.sqlite` — [`kv`], format `localkv.v1`;
 //! - `queue/<name>/localqueue.sqlite` — [`queue`], format `localqueue.v2`
 //!   (or `localqueue.v1`);
-//! - `stream/localstream.sqlite` — [`stream`], format `localstream.v2`
-//!   (streams, transactions and their relay to queues, schedules);
+//! - `stream/localstream.sqlite` — [`stream`], format `localstream.v2`:
+//!   streams and offsets, and in the same file transactions (the `tx`
+//!   module), their sends to queues until they are relayed ([`relay`]),
+//!   and [`schedule`]s;
 //! - `lock/locallock.sqlite` — [`lock`], format `locallock.v1`;
-//! - `wake/` — the files that carry wakes between processes
-//!   ([`wake_file`]).
+//! - `wake/` — the files that carry wakes between processes ([`wake`]).
 //!
 //! Each format is pinned by its document in `docs/formats/`: a test checks
-//! that the document carries the same DDL and statements as the code. Every
-//! file is opened by [`open`] and only by it; writers pass the write gate
-//! (the `gate` module); operations are retried and contained by the `retry` module.
+//! that the document carries the same DDL and statements as the code.
+//!
+//! Under every format, a [`Store`] names one file and runs every operation
+//! on it (the `store` module). Its parts, one module each:
+//!
+//! - `options` — [`StoreOptions`]: the [`RetryPolicy`], the [`Durability`]
+//!   of commits, the formats of new files ([`NewQueues`], [`NewKv`]);
+//! - `format` — [`Format`]: a format's marker, DDL and [`Upgrade`]s, and
+//!   the creation of the schema;
+//! - `open` — the one open path: every file is opened through it, and it
+//!   is the only place that builds a turso database;
+//! - [`pool`] — the databases open in this process, a bounded number;
+//! - `retry` — retrying contention ([`RetryPolicy`]) and the failure of an
+//!   attempt;
+//! - `gate` — the write gate, through which writers take turns and share
+//!   commits;
+//! - [`inspect`] — reading a file's format marker without the engine.
 
 #![deny(missing_docs)]
 
+mod format;
 mod gate;
 pub mod inspect;
 pub mod kv;
 pub mod lock;
-pub mod open;
+mod open;
+mod options;
+pub mod pool;
 pub mod queue;
+pub mod relay;
 mod retry;
+pub mod schedule;
+mod store;
 pub mod stream;
-pub mod wake_file;
+mod tx;
+pub mod wake;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -42,8 +64,28 @@ use alk_store::wake::Wakes;
 use alk_store::{AlkError, AlkResult, Engine};
 use async_trait::async_trait;
 
-pub use open::{Durability, Format, NewKv, NewQueues, Store, StoreOptions, open_store};
+pub use format::{Format, Upgrade};
+pub use options::{Durability, NewKv, NewQueues, StoreOptions};
 pub use retry::RetryPolicy;
+pub use store::{Store, open_store};
+
+/// Moves bucket `name` under `data_dir` from `localkv.v1` to `localkv.v2`
+/// (every key, value and expiry kept, each given a version), in one
+/// transaction. Refused with `busy` while any process — this one included
+/// — has the bucket open: run it before the host uses the bucket.
+pub async fn migrate_kv(data_dir: &Path, name: &str) -> AlkResult<kv::Migrated> {
+    alk_store::names::check_name("bucket", name)?;
+    kv::KvStore::migrate(data_dir, name, RetryPolicy::default()).await
+}
+
+/// Moves queue `name` under `data_dir` from `localqueue.v1` to
+/// `localqueue.v2` (ids, attempts, receipts and due times kept), in one
+/// transaction. Refused with `busy` while any process — this one included —
+/// has the queue open: run it before the host uses the queue.
+pub async fn migrate_queue(data_dir: &Path, name: &str) -> AlkResult<queue::Migrated> {
+    alk_store::names::check_name("queue", name)?;
+    queue::QueueStore::migrate(data_dir, name, RetryPolicy::default()).await
+}
 
 /// The file engine on one data directory.
 pub struct TursoEngine {
@@ -135,7 +177,7 @@ impl Engine for TursoEngine {
     }
 
     fn wakes(&self) -> AlkResult<Wakes> {
-        wake_file::wakes_of(&self.data_dir)
+        wake::wakes_of(&self.data_dir)
     }
 
     fn describe(&self) -> String {
@@ -160,7 +202,7 @@ pub(crate) fn assert_document_pins(doc_name: &str, doc: &str, statements: &[(&st
 /// Runs `sql` on `store` as one write, bypassing the format's rules: how
 /// tests make a row the format does not allow.
 #[cfg(test)]
-pub(crate) async fn write_sql(store: &open::Store, sql: &str) {
+pub(crate) async fn write_sql(store: &Store, sql: &str) {
     store
         .run_write(|conn: turso::Connection| {
             let sql = sql.to_string();

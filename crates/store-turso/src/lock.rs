@@ -12,8 +12,10 @@ use alk_store::{AlkError, AlkResult};
 use async_trait::async_trait;
 use turso::{Connection, Value};
 
-use crate::open::{Format, Store, StoreOptions, open_store};
+use crate::format::Format;
+use crate::options::StoreOptions;
 use crate::retry::{Failure, exec, query};
+use crate::store::{Store, open_store};
 
 /// The DDL of `locallock.v1`, run (idempotently) on every open.
 pub const DDL: &str = "\

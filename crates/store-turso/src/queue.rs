@@ -1,9 +1,11 @@
 //! `localqueue.v1` and `localqueue.v2`: the queue store formats and their
 //! only implementation.
 //!
-//! The schemas and every statement are defined here, once, and pinned by
-//! `docs/formats/localqueue.v1.md` and `docs/formats/localqueue.v2.md`;
-//! tests check that the documents carry the same DDL and statements.
+//! The schemas and every statement are defined here, once (but the two
+//! statements of the relay marks, which are with the rest of the relay in
+//! [`crate::relay`]), and pinned by `docs/formats/localqueue.v1.md` and
+//! `docs/formats/localqueue.v2.md`; tests check that the documents carry
+//! the same DDL and statements.
 //!
 //! `localqueue.v2` is `localqueue.v1` plus [`UPGRADE`]: a new v2 file is
 //! made by running both, a v1 file is moved to v2 by running the upgrade
@@ -21,8 +23,10 @@ use alk_store::{AlkError, AlkResult};
 use async_trait::async_trait;
 use turso::{Connection, Value};
 
-use crate::open::{Format, NewQueues, Store, StoreOptions, open_store};
+use crate::format::Format;
+use crate::options::{NewQueues, StoreOptions};
 use crate::retry::{Failure, exec, query, text_or_null};
+use crate::store::{Store, open_store};
 
 macro_rules! v1_ddl {
     () => {
@@ -262,143 +266,6 @@ pub const PURGE_DEAD: &str = "DELETE FROM dead_letters";
 /// Whether the queue has any group (the lane's key `''` sorts first).
 pub const ANY_GROUP: &str = "SELECT id FROM message_groups WHERE group_key > '' LIMIT 1";
 
-/// The relay mark of stream store `?1` (the key `relayed:<store_id>`): the
-/// highest relay id already applied to this queue and that row's
-/// fingerprint (see [`RelayMark`], `localstream.v2`).
-pub const RELAYED: &str = "SELECT value FROM meta WHERE key = ?1";
-/// Records the relay mark of a stream store.
-pub const SET_RELAYED: &str = "INSERT INTO meta (key, value) VALUES (?1, ?2) \
-ON CONFLICT(key) DO UPDATE SET value = excluded.value";
-
-/// A queue's relay mark for one stream store: the highest relay id of that
-/// store applied to the queue, and a fingerprint of the relay row with that
-/// id, by which a relay tells whether the stream file it reads is the one
-/// the mark was written from. Stored as `<id>:<created_at>:<payload bytes>`;
-/// a plain decimal `<id>` (written before fingerprints) has none.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct RelayMark {
-    /// The highest relay id applied (0: none).
-    pub id: i64,
-    /// The relay row `id`'s `created_at` and the length in bytes of its
-    /// `payload_data`; `None`: not recorded (an older mark).
-    pub row: Option<(i64, usize)>,
-}
-
-impl RelayMark {
-    /// The mark of relay row `r` applied last.
-    fn of(r: &Relayed) -> RelayMark {
-        RelayMark {
-            id: r.id,
-            row: Some((r.created_at, r.payload.parts().1.len())),
-        }
-    }
-
-    /// The meta value: `<id>:<created_at>:<payload bytes>`.
-    fn value(&self) -> String {
-        match self.row {
-            Some((created_at, len)) => format!("{}:{created_at}:{len}", self.id),
-            None => self.id.to_string(),
-        }
-    }
-
-    /// A meta value: `<id>:<created_at>:<payload bytes>`, or `<id>` alone.
-    fn parse(value: &str) -> Option<RelayMark> {
-        let mut parts = value.split(':');
-        let id = parts.next()?.parse().ok()?;
-        let row = match (parts.next(), parts.next(), parts.next()) {
-            (None, _, _) => None,
-            (Some(c), Some(len), None) => Some((c.parse().ok()?, len.parse().ok()?)),
-            _ => return None,
-        };
-        Some(RelayMark { id, row })
-    }
-
-    /// Whether the relay row with the mark's id, sent at `created_at` with
-    /// `len` bytes of `payload_data`, is the row the mark was written from
-    /// (an older mark without a fingerprint matches any).
-    pub(crate) fn matches(&self, created_at: i64, len: usize) -> bool {
-        self.row.is_none_or(|row| row == (created_at, len))
-    }
-}
-
-/// Starts the message of a relay refused because the stream file is not the
-/// one the queue's mark was written from.
-pub(crate) const RELAY_REFUSED: &str = "relay refused";
-
-/// The error of a relay refused because `stream` (the stream file of store
-/// `source`) is not the file queue `name`'s mark was written from; `found`
-/// says what it has instead.
-pub(crate) fn relay_refused(
-    stream: &str,
-    source: &str,
-    name: &str,
-    queue_path: &Path,
-    mark: &RelayMark,
-    found: &str,
-) -> AlkError {
-    let q = queue_path.display();
-    let sent = match mark.row {
-        Some((created_at, len)) => format!(" (sent at {created_at}, {len} payload bytes)"),
-        None => String::new(),
-    };
-    AlkError::Internal(format!(
-        "{RELAY_REFUSED}: {stream} is not the stream file the relay mark of queue {name} was written from: \
-         {q} has every message of stream store {source} up to relay id {}{sent}, but {stream} has {found}. \
-         The stream file was restored from an older copy, copied or rolled back; its pending sends to {name} \
-         are not relayed and nothing is deleted (they stay pending). To resolve: stop every host using the \
-         data directory; if {q} is the newer file (the stream file was restored), delete the queue's meta row \
-         `relayed:{source}` (DELETE FROM meta WHERE key = 'relayed:{source}') to have every pending send \
-         relayed. Sends both in the restored stream file and already in the queue are then delivered twice \
-         (at least once, never lost)",
-        mark.id
-    ))
-}
-
-/// What in `rows` (a page of relay rows, by increasing id) shows that they
-/// are not from the stream file `mark` was written from, if anything: the
-/// row with the mark's id differs from the one the mark recorded, or the
-/// page has rows below and above the mark but not the mark's own (in that
-/// file, rows at or below the mark still pending end at the mark's row).
-fn contradicts(mark: &RelayMark, rows: &[Relayed]) -> Option<String> {
-    if mark.id == 0 {
-        return None;
-    }
-    if let Some(r) = rows.iter().find(|r| r.id == mark.id) {
-        let len = r.payload.parts().1.len();
-        return (!mark.matches(r.created_at, len)).then(|| {
-            format!(
-                "a different relay row {} (sent at {}, {len} payload bytes)",
-                r.id, r.created_at
-            )
-        });
-    }
-    let below = rows.iter().any(|r| r.id < mark.id);
-    let above = rows.iter().any(|r| r.id > mark.id);
-    (below && above).then(|| format!("relay rows below and above {} but not {}", mark.id, mark.id))
-}
-
-/// The relay mark `key` (`relayed:<store_id>`) of the queue on `conn` (none:
-/// id 0).
-async fn relay_mark_on(conn: &Connection, key: &str, path: &Path) -> Result<RelayMark, Failure> {
-    let mut found = query(conn, RELAYED, (key,)).await?;
-    let mut mark = RelayMark::default();
-    while let Some(row) = found.next().await? {
-        let value = row.get_value(0)?;
-        mark = match &value {
-            Value::Integer(n) => Some(RelayMark { id: *n, row: None }),
-            Value::Text(t) => RelayMark::parse(t),
-            _ => None,
-        }
-        .ok_or_else(|| {
-            Failure::Alk(AlkError::Internal(format!(
-                "{}: the meta row {key:?} holds {value:?}, which is not a relay mark; the store is corrupt",
-                path.display()
-            )))
-        })?;
-    }
-    Ok(mark)
-}
-
 /// The most participants of the round one claim looks at, and the most
 /// messages it moves to the dead letters: what one claim may cost while it
 /// holds the write lock, whatever guests sent. What is left is for the next
@@ -416,8 +283,8 @@ const MAX_RECEIPT_LEN: usize = 128;
 /// `localqueue.v1` or `localqueue.v2`.
 #[derive(Debug, Clone)]
 pub struct QueueStore {
-    store: Store,
-    name: String,
+    pub(crate) store: Store,
+    pub(crate) name: String,
     /// Whether the host makes new queues as `localqueue.v1`.
     new_v1: bool,
 }
@@ -827,23 +694,9 @@ async fn claim_v2_on(
     Ok(out)
 }
 
-/// One message sent by a committed transaction of a stream store (a row of
-/// its `relay` table), to be applied to this queue.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Relayed {
-    /// The relay row's id: increasing in commit order, never reused.
-    pub id: i64,
-    /// The message.
-    pub payload: Payload,
-    /// Its options, resolved when it was sent.
-    pub stamp: Stamp,
-    /// When it was sent.
-    pub created_at: i64,
-}
-
 /// Appends a message with its options (`localqueue.v2`), its group joining
 /// the round first; its id.
-async fn send_v2_on(
+pub(crate) async fn send_v2_on(
     conn: &Connection,
     payload: &Payload,
     stamp: &Stamp,
@@ -1043,77 +896,6 @@ impl QueueStore {
                     sql
                 };
                 Box::pin(async move { settle_on(&conn, sql, id, uuid, now).await })
-            })
-            .await
-    }
-
-    /// The relay mark of stream store `source` (none: id 0), read without
-    /// the write lock.
-    pub(crate) async fn relay_mark(&self, source: &str) -> AlkResult<RelayMark> {
-        let key = format!("relayed:{source}");
-        let (key, path) = (key.as_str(), self.store.path());
-        self.store
-            .run(|conn: Connection| Box::pin(async move { relay_mark_on(&conn, key, path).await }))
-            .await
-    }
-
-    /// Applies the messages of `rows` (relay rows of the stream store
-    /// `source`, by increasing id) that this queue has not received yet, in
-    /// one transaction that also records the mark of the highest row applied
-    /// under the meta key `relayed:<source>`: rows at or below the mark were
-    /// applied before and are skipped, so a relay that is repeated (its
-    /// rows were not deleted) applies nothing twice. The number of
-    /// messages inserted. Refused on a `localqueue.v1` file, and when
-    /// `rows` show they are not from the stream file the mark was written
-    /// from (the mark's row differs, or is missing between rows below and
-    /// above it): then nothing is written.
-    ///
-    /// The mark is read first without the write lock: when it already
-    /// covers every row (a repeated relay), nothing is written and the
-    /// write lock is not taken. The transaction reads it again.
-    pub(crate) async fn relay(&self, source: &str, rows: &[Relayed]) -> AlkResult<u64> {
-        let Some(last) = rows.iter().map(|r| r.id).max() else {
-            return Ok(0);
-        };
-        self.require_v2("transactional or scheduled sends").await?;
-        let key = format!("relayed:{source}");
-        let (key, path, name) = (key.as_str(), self.store.path(), self.name.as_str());
-        let refused = |mark: &RelayMark| {
-            contradicts(mark, rows).map(|found| {
-                let stream = format!("the stream file of store {source}");
-                relay_refused(&stream, source, name, path, mark, &found)
-            })
-        };
-        let mark = self.relay_mark(source).await?;
-        if let Some(e) = refused(&mark) {
-            return Err(e);
-        }
-        if last <= mark.id {
-            return Ok(0);
-        }
-        // Synced whatever the queue's durability: the stream file forgets
-        // the rows relayed here once this returns, and must never keep that
-        // while a power cut takes the messages from this file.
-        self.store
-            .synced()
-            .run_immediate(|conn: Connection| {
-                Box::pin(async move {
-                    let mark = relay_mark_on(&conn, key, path).await?;
-                    if let Some(e) = refused(&mark) {
-                        return Err(Failure::Alk(e));
-                    }
-                    let mut inserted = 0u64;
-                    let mut top = None::<&Relayed>;
-                    for r in rows.iter().filter(|r| r.id > mark.id) {
-                        send_v2_on(&conn, &r.payload, &r.stamp, r.created_at, true).await?;
-                        inserted += 1;
-                        top = top.filter(|t| t.id > r.id).or(Some(r));
-                    }
-                    if let Some(r) = top {
-                        exec(&conn, SET_RELAYED, (key, RelayMark::of(r).value())).await?;
-                    }
-                    Ok(inserted)
-                })
             })
             .await
     }
@@ -1626,6 +1408,7 @@ impl QueueEngine for QueueStore {
 mod tests {
     use super::*;
     use crate::RetryPolicy;
+    use crate::relay::{RELAYED, SET_RELAYED};
 
     const DOC: &str = include_str!("../../../docs/formats/localqueue.v1.md");
 

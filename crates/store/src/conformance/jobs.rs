@@ -1,14 +1,11 @@
 //! Conformance cases of the job options: priorities, delays, retries with
 //! backoff, dead letters, heartbeats, expiry and message groups.
 
+use super::text;
 use crate::engine::Engine;
 use crate::error::AlkError;
 use crate::jobs::{EXPIRED_ERROR, JobState, Retried, RetryDelay, SendOptions, lapsed_error};
 use crate::queue::{Delivery, Payload, Queue};
-
-fn text(s: &str) -> Payload {
-    Payload::Text(s.into())
-}
 
 fn names(got: &[Delivery]) -> Vec<String> {
     got.iter()

@@ -1,0 +1,285 @@
+//! Conformance cases of transactions, of streams alone and across
+//! mechanisms (streams, queues, outboxes, channels).
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{drain, priority, text};
+use crate::engine::Engine;
+use crate::error::AlkError;
+use crate::jobs::SendOptions;
+use crate::limits::StreamLimits;
+use crate::notify::{Channels, Listener};
+use crate::outbox::Outbox;
+use crate::queue::{Payload, Queue};
+use crate::stream::Streams;
+
+async fn woke(listener: &mut Listener) -> bool {
+    listener
+        .wait(Some(Instant::now() + Duration::from_millis(50)))
+        .await
+}
+
+/// A transaction applies its publishes and saves together, or not at all;
+/// a refusal inside it leaves it usable; after rollback it is finished.
+pub async fn stream_transactions_commit_all_or_nothing(engine: &dyn Engine) {
+    let s = Streams::open(engine, StreamLimits::default())
+        .await
+        .unwrap();
+    s.publish("in", None, b"a", 0).await.unwrap();
+    let tx = s.transaction();
+    assert_eq!(tx.publish("out", None, b"derived", 0).await.unwrap(), 1);
+    tx.save_offset("in", "worker", 1).await.unwrap();
+    tx.rollback().await;
+    assert!(s.read_since("out", 0, 10).await.unwrap().is_empty());
+    assert_eq!(s.get_offset("in", "worker").await.unwrap(), None);
+    assert!(matches!(
+        tx.commit().await,
+        Err(AlkError::InvalidArgument(_))
+    ));
+    let tx = s.transaction();
+    assert_eq!(tx.publish("out", None, b"derived", 0).await.unwrap(), 1);
+    assert!(matches!(
+        tx.save_offset("in", "worker", 99).await,
+        Err(AlkError::InvalidArgument(_))
+    ));
+    tx.save_offset("in", "worker", 1).await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(s.read_since("out", 0, 10).await.unwrap().len(), 1);
+    assert_eq!(s.get_offset("in", "worker").await.unwrap(), Some(1));
+    assert!(matches!(
+        tx.commit().await,
+        Err(AlkError::InvalidArgument(_))
+    ));
+}
+
+/// A transaction held past its limit is rolled back and the store freed.
+pub async fn stream_transactions_held_too_long_are_rolled_back(engine: &dyn Engine) {
+    let limits = StreamLimits {
+        max_transaction: Duration::from_millis(100),
+        ..StreamLimits::default()
+    };
+    let s = Streams::open(engine, limits).await.unwrap();
+    let tx = s.transaction();
+    tx.publish("late", None, b"late", 0).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(matches!(
+        tx.commit().await,
+        Err(AlkError::TransactionAborted(_))
+    ));
+    assert_eq!(s.publish("late", None, b"next", 0).await.unwrap(), 1);
+}
+
+/// A transaction's publish, keyed publish, offset save, queue send (with
+/// options), outbox send and notification are all invisible until commit
+/// and all there after it; the notification is delivered after commit.
+pub async fn tx_commit_applies_every_mechanism_at_once(engine: &dyn Engine) {
+    let s = Streams::open(engine, StreamLimits::default())
+        .await
+        .unwrap();
+    let jobs = Queue::open(engine, "tx-jobs").await.unwrap();
+    let outbox = Outbox::open(engine, "tx-mail").await.unwrap();
+    let mut listener = Channels::open(engine).unwrap().listen("tx-done").unwrap();
+    s.publish("tx-in", None, b"source", 1_000).await.unwrap();
+
+    let tx = s.transaction();
+    assert_eq!(
+        tx.publish("tx-out", None, b"plain", 1_000).await.unwrap(),
+        1
+    );
+    assert_eq!(
+        tx.publish("tx-out", Some("k"), b"keyed", 1_000)
+            .await
+            .unwrap(),
+        2
+    );
+    tx.save_offset("tx-in", "worker", 1).await.unwrap();
+    tx.enqueue(
+        "tx-jobs",
+        &[text("job-a"), text("job-b")],
+        &priority(3),
+        1_000,
+    )
+    .await
+    .unwrap();
+    tx.outbox_enqueue("tx-mail", &[text("mail")], &SendOptions::default(), 1_000)
+        .await
+        .unwrap();
+    tx.notify("tx-done").await.unwrap();
+
+    // Nothing is visible before the commit.
+    assert!(s.read_since("tx-out", 0, 10).await.unwrap().is_empty());
+    assert_eq!(s.get_offset("tx-in", "worker").await.unwrap(), None);
+    assert!(jobs.claim(10, None, None, 1_000).await.unwrap().is_empty());
+    assert_eq!(outbox.claim_one(None, 1_000).await.unwrap(), None);
+    assert!(!woke(&mut listener).await, "notified before the commit");
+
+    tx.commit().await.unwrap();
+    let out = s.read_since("tx-out", 0, 10).await.unwrap();
+    assert_eq!(
+        out.iter()
+            .map(|e| (e.key.clone(), e.payload.clone()))
+            .collect::<Vec<_>>(),
+        [
+            (None, b"plain".to_vec()),
+            (Some("k".into()), b"keyed".to_vec())
+        ]
+    );
+    assert_eq!(s.get_offset("tx-in", "worker").await.unwrap(), Some(1));
+    let got = jobs.claim(10, None, None, 1_000).await.unwrap();
+    assert_eq!(got.len(), 2);
+    assert!(got.iter().all(|d| d.priority == 3));
+    let mail = outbox.claim_one(None, 1_000).await.unwrap().unwrap();
+    assert_eq!(mail.payload, text("mail"));
+    assert!(woke(&mut listener).await, "the commit did not notify");
+    // Committing again is refused; so is any later operation.
+    assert!(matches!(
+        tx.commit().await,
+        Err(AlkError::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        tx.enqueue("tx-jobs", &[text("late")], &SendOptions::default(), 1_000)
+            .await,
+        Err(AlkError::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        tx.notify("tx-done").await,
+        Err(AlkError::InvalidArgument(_))
+    ));
+}
+
+/// Rolled back, dropped or held past its limit, a transaction leaves no
+/// event, no offset, no job, no outbox job and no notification.
+pub async fn tx_rollback_leaves_nothing_anywhere(engine: &dyn Engine) {
+    let limits = StreamLimits {
+        max_transaction: Duration::from_millis(300),
+        ..StreamLimits::default()
+    };
+    let s = Streams::open(engine, limits).await.unwrap();
+    let jobs = Queue::open(engine, "rb-jobs").await.unwrap();
+    let outbox = Outbox::open(engine, "rb-mail").await.unwrap();
+    let mut listener = Channels::open(engine).unwrap().listen("rb-done").unwrap();
+    s.publish("rb-in", None, b"source", 0).await.unwrap();
+    for ending in ["rollback", "drop", "watchdog"] {
+        let tx = s.transaction();
+        tx.publish("rb-out", Some("k"), b"x", 0).await.unwrap();
+        tx.save_offset("rb-in", "worker", 1).await.unwrap();
+        tx.enqueue("rb-jobs", &[text("ghost")], &priority(1), 0)
+            .await
+            .unwrap();
+        tx.outbox_enqueue("rb-mail", &[text("ghost")], &SendOptions::default(), 0)
+            .await
+            .unwrap();
+        tx.notify("rb-done").await.unwrap();
+        match ending {
+            "rollback" => tx.rollback().await,
+            "drop" => drop(tx),
+            _ => {
+                tokio::time::sleep(Duration::from_millis(600)).await;
+                assert!(matches!(
+                    tx.commit().await,
+                    Err(AlkError::TransactionAborted(_))
+                ));
+            }
+        }
+        // A dropped transaction is rolled back on the runtime: the next
+        // transaction's first operation waits for it.
+        let probe = s.transaction();
+        probe.publish("rb-probe", None, b"p", 0).await.unwrap();
+        probe.rollback().await;
+        assert!(
+            s.read_since("rb-out", 0, 10).await.unwrap().is_empty(),
+            "{ending}"
+        );
+        assert_eq!(
+            s.get_offset("rb-in", "worker").await.unwrap(),
+            None,
+            "{ending}"
+        );
+        assert!(
+            jobs.claim(10, None, None, 0).await.unwrap().is_empty(),
+            "{ending}"
+        );
+        assert_eq!(outbox.claim_one(None, 0).await.unwrap(), None, "{ending}");
+        assert!(!woke(&mut listener).await, "{ending} notified");
+    }
+    // The same operations committed are all there.
+    let tx = s.transaction();
+    tx.enqueue("rb-jobs", &[text("real")], &SendOptions::default(), 0)
+        .await
+        .unwrap();
+    tx.notify("rb-done").await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(drain(&jobs, 0).await, ["real"]);
+    assert!(woke(&mut listener).await);
+}
+
+/// Bad names, options and payloads inside a transaction are refused with
+/// their typed errors, write nothing and leave the transaction usable;
+/// outbox backing queues cannot be named directly.
+pub async fn tx_refusals_leave_the_transaction_usable(engine: &dyn Engine) {
+    let s = Streams::open(engine, StreamLimits::default())
+        .await
+        .unwrap();
+    let tx = s.transaction();
+    let plain = SendOptions::default();
+    assert!(matches!(
+        tx.enqueue("__alkstore_outbox_x", &[text("x")], &plain, 0)
+            .await,
+        Err(AlkError::ReservedName(_))
+    ));
+    assert!(matches!(
+        tx.enqueue("", &[text("x")], &plain, 0).await,
+        Err(AlkError::InvalidName(_))
+    ));
+    assert!(matches!(
+        tx.outbox_enqueue("a/b", &[text("x")], &plain, 0).await,
+        Err(AlkError::InvalidName(_))
+    ));
+    assert!(matches!(
+        tx.notify("__alkstore_x").await,
+        Err(AlkError::ReservedName(_))
+    ));
+    let both = SendOptions {
+        delay_ms: Some(1),
+        run_at_ms: Some(1),
+        ..SendOptions::default()
+    };
+    assert!(matches!(
+        tx.enqueue("ok", &[text("x")], &both, 0).await,
+        Err(AlkError::InvalidArgument(_))
+    ));
+    let big = Payload::Text("x".repeat(crate::limits::MAX_PAYLOAD_BYTES + 1));
+    assert!(matches!(
+        tx.enqueue("ok", &[big], &plain, 0).await,
+        Err(AlkError::PayloadTooLarge { .. })
+    ));
+    assert!(matches!(
+        tx.enqueue("ok", &[Payload::Json("{".into())], &plain, 0)
+            .await,
+        Err(AlkError::InvalidArgument(_))
+    ));
+    // Notifications are bounded per transaction; a repeated channel counts
+    // once.
+    for i in 0..crate::tx::MAX_TX_CHANNELS {
+        tx.notify(&format!("ch-{i}")).await.unwrap();
+    }
+    tx.notify("ch-0").await.unwrap();
+    assert!(matches!(
+        tx.notify("one-too-many").await,
+        Err(AlkError::InvalidArgument(_))
+    ));
+    tx.enqueue("ok", &[text("kept")], &plain, 0).await.unwrap();
+    tx.commit().await.unwrap();
+    let q = Queue::open(engine, "ok").await.unwrap();
+    assert_eq!(drain(&q, 0).await, ["kept"]);
+    assert!(matches!(
+        Outbox::open(engine, "__alkstore_x").await,
+        Err(AlkError::ReservedName(_))
+    ));
+    assert!(matches!(
+        Queue::open(engine, "__alkstore_outbox_ok").await,
+        Err(AlkError::ReservedName(_))
+    ));
+}

@@ -1,0 +1,76 @@
+//! The locks of the memory engine: a holder, a token and a deadline per
+//! name.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+
+use super::lock;
+use crate::error::AlkResult;
+use crate::lock::{Acquired, Holder, LockEngine};
+
+/// name → (owner, token, expiry)
+/// A lock's holder (if any), last token and deadline.
+type LockRow = (Option<String>, u64, Option<i64>);
+
+#[derive(Default)]
+pub(super) struct MemLocks(Mutex<HashMap<String, LockRow>>);
+
+#[async_trait]
+impl LockEngine for MemLocks {
+    async fn acquire(
+        &self,
+        name: &str,
+        owner: &str,
+        now: i64,
+        expires_at: i64,
+    ) -> AlkResult<Option<u64>> {
+        let mut locks = lock(&self.0);
+        let entry = locks.entry(name.to_string()).or_insert((None, 0, None));
+        let free = entry.0.is_none() || entry.2.is_some_and(|at| at <= now);
+        if !free {
+            return Ok(None);
+        }
+        *entry = (Some(owner.to_string()), entry.1 + 1, Some(expires_at));
+        Ok(Some(entry.1))
+    }
+
+    async fn renew(&self, l: &Acquired, expires_at: i64, now: i64) -> AlkResult<bool> {
+        let mut locks = lock(&self.0);
+        match locks.get_mut(&l.name) {
+            Some((Some(o), t, Some(at))) if *o == l.owner && *t == l.token && *at > now => {
+                *at = expires_at;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    async fn release(&self, l: &Acquired, now: i64) -> AlkResult<bool> {
+        let mut locks = lock(&self.0);
+        match locks.get_mut(&l.name) {
+            Some(entry)
+                if entry.0.as_deref() == Some(l.owner.as_str())
+                    && entry.1 == l.token
+                    && entry.2.is_some_and(|at| at > now) =>
+            {
+                entry.0 = None;
+                entry.2 = None;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    async fn holder(&self, name: &str, now: i64) -> AlkResult<Option<Holder>> {
+        Ok(match lock(&self.0).get(name) {
+            Some((Some(owner), token, Some(at))) if *at > now => Some(Holder {
+                owner: owner.clone(),
+                expires_at: *at,
+                token: *token,
+            }),
+            _ => None,
+        })
+    }
+}

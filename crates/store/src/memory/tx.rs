@@ -1,0 +1,79 @@
+//! The transactions of the memory engine, begun by the streams
+//! (`stream.rs`).
+
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use tokio::sync::OwnedMutexGuard;
+
+use super::stream::StreamState;
+use super::{Queues, lock, queue_of};
+use crate::error::AlkResult;
+use crate::jobs::Stamp;
+use crate::queue::Payload;
+use crate::stream::{TxEngine, TxFailure};
+
+/// A transaction: works on a copy of the streams, which replaces them at
+/// commit, and keeps its sends until then (held under the streams' lock,
+/// so transactions commit one at a time).
+pub(super) struct MemTx {
+    pub(super) guard: OwnedMutexGuard<()>,
+    pub(super) state: Arc<Mutex<StreamState>>,
+    pub(super) work: StreamState,
+    pub(super) sends: Vec<(String, Vec<Payload>, Stamp, i64)>,
+    pub(super) queues: Queues,
+}
+
+#[async_trait]
+impl TxEngine for MemTx {
+    async fn publish(
+        &mut self,
+        stream: &str,
+        key: Option<&str>,
+        payload: &[u8],
+        now: i64,
+    ) -> Result<u64, TxFailure> {
+        Ok(self.work.publish(stream, key, payload, now))
+    }
+
+    async fn save_offset(
+        &mut self,
+        stream: &str,
+        consumer: &str,
+        offset: u64,
+    ) -> Result<(), TxFailure> {
+        self.work
+            .save(stream, consumer, offset)
+            .map_err(TxFailure::Refused)
+    }
+
+    async fn enqueue(
+        &mut self,
+        queue: &str,
+        payloads: &[Payload],
+        stamp: &Stamp,
+        now: i64,
+    ) -> Result<(), TxFailure> {
+        self.sends
+            .push((queue.to_string(), payloads.to_vec(), stamp.clone(), now));
+        Ok(())
+    }
+
+    async fn commit(self: Box<Self>) -> AlkResult<()> {
+        let MemTx {
+            guard,
+            state,
+            work,
+            sends,
+            queues,
+        } = *self;
+        *lock(&state) = work;
+        for (queue, payloads, stamp, now) in sends {
+            lock(&queue_of(&queues, &queue).0).send(&payloads, &stamp, now);
+        }
+        drop(guard);
+        Ok(())
+    }
+
+    async fn rollback(self: Box<Self>) {}
+}

@@ -17,6 +17,7 @@ use crate::relay::{Columns, relay_send_on};
 use crate::retry::{Failure, exec, query};
 use crate::stream::StreamStore;
 
+/// Stores a schedule, replacing one of the same name; a replacement with
 /// the same interval keeps the stored next boundary.
 pub const SCHEDULE_PUT: &str = "INSERT INTO schedules (name, spec, every_ms, queue, payload_type, payload_data, \
 priority, delay_ms, run_at_ms, max_attempts, backoff_base_ms, expires_in_ms, group_key, next_due) \

@@ -113,10 +113,9 @@ impl AlkCtx {
         self.clock.now_ms()
     }
 
-    /// This context's clock, as a function (for waits that re-read it).
-    pub(crate) fn clock_fn(&self) -> impl Fn() -> i64 + Send + Sync + 'static {
-        let clock = self.clock.clone();
-        move || clock.now_ms()
+    /// This context's clock (for waits that re-read it).
+    pub(crate) fn clock(&self) -> Arc<dyn Clock> {
+        self.clock.clone()
     }
 
     /// The streams, opened on first use.

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use wasmtime::component::Resource;
 
-use alk_store::AlkError;
+use alk_store::{AlkError, Clock};
 use alk_store::kv::{Bucket as Store, Expected};
 use alk_store::limits::{MAX_BATCH, MAX_READ_BYTES, MAX_SCAN_LIMIT};
 
@@ -242,7 +242,7 @@ async fn kv_list(
 async fn kv_get_many(
     store: &Store,
     keys: &[String],
-    now: impl Fn() -> i64,
+    clock: &dyn Clock,
 ) -> Result<Vec<Option<Vec<u8>>>, AlkError> {
     if keys.len() > MAX_BATCH {
         return Err(AlkError::InvalidArgument(format!(
@@ -253,7 +253,7 @@ async fn kv_get_many(
     let mut out: Vec<Option<Vec<u8>>> = Vec::with_capacity(keys.len());
     let mut bytes = 0usize;
     while out.len() < keys.len() {
-        let part = store.get_many(&keys[out.len()..], now()).await?;
+        let part = store.get_many(&keys[out.len()..], clock.now_ms()).await?;
         if part.is_empty() {
             return Err(AlkError::Internal("get-many answered no key".into()));
         }
@@ -403,7 +403,7 @@ macro_rules! store_glue {
                 ) -> wasmtime::Result<Result<Vec<$item>, Error>> {
                     let store = self.kv_store(&bucket)?;
                     Ok(
-                        match kv_get_many(&store, &keys, self.ctx.clock_fn()).await {
+                        match kv_get_many(&store, &keys, &*self.ctx.clock()).await {
                             Ok(values) => Ok(keys
                                 .into_iter()
                                 .zip(values)
@@ -470,9 +470,9 @@ impl draft::api::atomics::Host for AlkCtxView<'_> {
         delta: u64,
     ) -> wasmtime::Result<Result<u64, draft::api::store::Error>> {
         let store = self.kv_store(&bucket)?;
-        let clock = self.ctx.clock_fn();
+        let clock = self.ctx.clock();
         Ok(store
-            .increment(&key, delta as i128, 0..=u64::MAX as i128, clock)
+            .increment(&key, delta as i128, 0..=u64::MAX as i128, &*clock)
             .await
             .map(|n| n as u64)
             .map_err(draft_glue::other))
@@ -537,13 +537,13 @@ impl atomics2::Host for AlkCtxView<'_> {
         delta: i64,
     ) -> wasmtime::Result<Result<i64, Error2>> {
         let store = self.kv_store(&bucket)?;
-        let clock = self.ctx.clock_fn();
+        let clock = self.ctx.clock();
         Ok(store
             .increment(
                 &key,
                 delta as i128,
                 i64::MIN as i128..=i64::MAX as i128,
-                clock,
+                &*clock,
             )
             .await
             .map(|n| n as i64)

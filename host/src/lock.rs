@@ -45,10 +45,10 @@ impl lock::Host for AlkCtxView<'_> {
         timeout_ms: u64,
     ) -> Result<Option<Resource<Lock>>, CallError> {
         let slot = self.ctx.slot("lock")?;
-        let now = self.ctx.clock_fn();
+        let clock = self.ctx.clock();
         let store = self.ctx.locks().await?;
         match store
-            .lock_wait(&name, &owner, ttl_ms, &now, wait_deadline(timeout_ms))
+            .lock_wait(&name, &owner, ttl_ms, &*clock, wait_deadline(timeout_ms))
             .await?
         {
             Some(acquired) => Ok(Some(self.table.push(Lock {

@@ -9,6 +9,7 @@ use alk_store::lock::LockEngine;
 use alk_store::queue::QueueEngine;
 use alk_store::schedule::ScheduleEngine;
 use alk_store::stream::StreamEngine;
+use alk_store::tx::TxEngine;
 use alk_store::wake::Wakes;
 use alk_store::{AlkError, AlkResult, Engine};
 use async_trait::async_trait;
@@ -42,6 +43,9 @@ impl Engine for NoEngine {
         self.refuse()
     }
     async fn schedules(&self) -> AlkResult<Arc<dyn ScheduleEngine>> {
+        self.refuse()
+    }
+    async fn begin(&self) -> AlkResult<Box<dyn TxEngine>> {
         self.refuse()
     }
     fn wakes(&self) -> AlkResult<Wakes> {

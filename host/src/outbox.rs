@@ -43,7 +43,7 @@ impl outbox::HostOutbox for AlkCtxView<'_> {
         let store = self.table.get(&o)?.store.clone();
         Ok(store
             .enqueue(&to_store(payload), &options(opts), now)
-            .await? as u64)
+            .await?)
     }
 
     async fn next(

@@ -1,6 +1,9 @@
 //! Host glue of the `queue` interface: translates, then calls
 //! [`alk_store::queue::Queue`], which checks, waits and asks the engine.
 
+use std::sync::Arc;
+
+use alk_store::Clock;
 use alk_store::queue::{self as store, Queue as Store};
 use wasmtime::component::Resource;
 use wasmtime_wasi::p2::{DynPollable, Pollable, subscribe};
@@ -60,7 +63,7 @@ pub(crate) fn options(o: SendOptions) -> jobs::SendOptions {
 
 pub(crate) fn job(d: store::Delivery) -> Job {
     Job {
-        id: d.id as u64,
+        id: d.id,
         payload: from_store(d.payload),
         receipt: d.receipt,
         attempt: d.attempt,
@@ -76,7 +79,7 @@ pub(crate) fn ms(t: i64) -> u64 {
 
 pub(crate) fn info(j: jobs::JobInfo) -> JobInfo {
     JobInfo {
-        id: j.id as u64,
+        id: j.id,
         payload: from_store(j.payload),
         state: match j.state {
             StoreState::Waiting => JobState::Waiting,
@@ -121,7 +124,7 @@ pub(crate) fn wit_options(o: jobs::SendOptions) -> SendOptions {
 /// Ready when a message of the queue may be receivable.
 struct QueueReady {
     store: Store,
-    clock: Box<dyn Fn() -> i64 + Send + Sync>,
+    clock: Arc<dyn Clock>,
     _slot: Slot,
 }
 
@@ -147,7 +150,7 @@ impl queue::HostQueue for AlkCtxView<'_> {
     async fn send(&mut self, q: Resource<Queue>, payload: Payload) -> Result<u64, CallError> {
         let now = self.ctx.now();
         let store = self.table.get(&q)?.store.clone();
-        Ok(store.send(&to_store(payload), now).await? as u64)
+        Ok(store.send(&to_store(payload), now).await?)
     }
 
     async fn send_batch(
@@ -160,10 +163,7 @@ impl queue::HostQueue for AlkCtxView<'_> {
         let payloads: Vec<store::Payload> = payloads.into_iter().map(to_store).collect();
         Ok(store
             .send_batch(&payloads, now)
-            .await?
-            .into_iter()
-            .map(|id| id as u64)
-            .collect())
+            .await?)
     }
 
     async fn ack_batch(
@@ -203,11 +203,11 @@ impl queue::HostQueue for AlkCtxView<'_> {
         visibility_ms: Option<u64>,
         timeout_ms: u64,
     ) -> Result<Vec<Message>, CallError> {
-        let now = self.ctx.clock_fn();
+        let clock = self.ctx.clock();
         let store = self.table.get(&q)?.store.clone();
         let deadline = alk_store::time::wait_deadline(timeout_ms);
         let deliveries = store
-            .receive_wait(max, visibility_ms, &now, deadline)
+            .receive_wait(max, visibility_ms, &*clock, deadline)
             .await?;
         Ok(deliveries.into_iter().map(message).collect())
     }
@@ -215,7 +215,7 @@ impl queue::HostQueue for AlkCtxView<'_> {
     async fn subscribe(&mut self, q: Resource<Queue>) -> wasmtime::Result<Resource<DynPollable>> {
         let ready = QueueReady {
             store: self.table.get(&q)?.store.clone(),
-            clock: Box::new(self.ctx.clock_fn()),
+            clock: self.ctx.clock(),
             _slot: self.ctx.slot("pollable")?,
         };
         let ready = self.table.push(ready)?;
@@ -248,7 +248,7 @@ impl queue::HostQueue for AlkCtxView<'_> {
         let store = self.table.get(&q)?.store.clone();
         Ok(store
             .send_with(&to_store(payload), &options(opts), now)
-            .await? as u64)
+            .await?)
     }
 
     async fn send_batch_with(
@@ -262,10 +262,7 @@ impl queue::HostQueue for AlkCtxView<'_> {
         let payloads: Vec<store::Payload> = payloads.into_iter().map(to_store).collect();
         Ok(store
             .send_batch_with(&payloads, &options(opts), now)
-            .await?
-            .into_iter()
-            .map(|id| id as u64)
-            .collect())
+            .await?)
     }
 
     async fn claim(
@@ -282,14 +279,14 @@ impl queue::HostQueue for AlkCtxView<'_> {
                     .await?
             }
             Some(wait) => {
-                let clock = self.ctx.clock_fn();
+                let clock = self.ctx.clock();
                 let deadline = alk_store::time::wait_deadline(wait);
                 store
                     .claim_wait(
                         opts.max,
                         opts.visibility_ms,
                         opts.min_priority,
-                        &clock,
+                        &*clock,
                         deadline,
                     )
                     .await?

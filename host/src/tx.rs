@@ -41,7 +41,7 @@ impl AlkCtxView<'_> {
                 AlkError::InvalidArgument("the transaction is already finished".into()).into(),
             );
         }
-        let started = Arc::new(self.ctx.streams().await?.transaction());
+        let started = Arc::new(Tx::new(self.ctx.engine.clone(), self.ctx.limits.stream)?);
         self.table.get_mut(t)?.tx = Some(started.clone());
         Ok(started)
     }

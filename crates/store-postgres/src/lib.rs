@@ -37,6 +37,7 @@ use alk_store::kv::KvEngine;
 use alk_store::lock::LockEngine;
 use alk_store::queue::QueueEngine;
 use alk_store::stream::StreamEngine;
+use alk_store::tx::TxEngine;
 use alk_store::wake::Wakes;
 use alk_store::{AlkError, AlkResult, Engine};
 use async_trait::async_trait;
@@ -63,6 +64,8 @@ use conn::{Fail, Inner, describe_pg};
 #[derive(Clone)]
 pub struct PostgresEngine {
     inner: Arc<Inner>,
+    /// The streams, whose statements transactions also run.
+    streams: Arc<stream::PgStreams>,
     wakes: Wakes,
     describe: String,
 }
@@ -111,6 +114,7 @@ impl PostgresEngine {
             .unwrap_or("postgres")
             .to_string();
         Ok(PostgresEngine {
+            streams: Arc::new(stream::PgStreams::new(inner.clone())),
             inner,
             wakes,
             describe: format!("postgres {target}/{db} schema {}", options.schema),
@@ -134,7 +138,7 @@ impl Engine for PostgresEngine {
     }
 
     async fn streams(&self) -> AlkResult<Arc<dyn StreamEngine>> {
-        Ok(Arc::new(stream::PgStreams::new(self.inner.clone())))
+        Ok(self.streams.clone())
     }
 
     async fn locks(&self) -> AlkResult<Arc<dyn LockEngine>> {
@@ -143,6 +147,12 @@ impl Engine for PostgresEngine {
 
     async fn schedules(&self) -> AlkResult<Arc<dyn alk_store::schedule::ScheduleEngine>> {
         Ok(Arc::new(schedule::PgSchedules::new(self.inner.clone())))
+    }
+
+    async fn begin(&self) -> AlkResult<Box<dyn TxEngine>> {
+        Ok(Box::new(
+            tx::PgTx::begin(&self.inner, self.streams.statements()).await?,
+        ))
     }
 
     fn wakes(&self) -> AlkResult<Wakes> {

@@ -2,9 +2,9 @@
 //! claims with `FOR UPDATE SKIP LOCKED`; the round of the message groups in
 //! `groups`, dead letters in `dead`.
 //!
-//! Receipts are `{id}:{uuid}` (the UUID of the claim), as on the file
-//! engine; a receipt that does not parse was never issued and settles
-//! nothing.
+//! Receipts are the core's [`Receipt`] (`{id}:{uuid}`, the UUID of the
+//! claim, as on every engine); the core settles one that does not parse
+//! before it reaches this file.
 //!
 //! Locks are taken in one order: a group's row before the rows of its
 //! messages, and a queue's counter row after the group row of a send.
@@ -19,7 +19,7 @@ use std::sync::Arc;
 use alk_store::jobs::{
     Beat, EXPIRED_ERROR, JobInfo, JobState, Retried, RetryDelay, Stamp, lapsed_error,
 };
-use alk_store::queue::{Delivery, Payload, QueueEngine, Settled};
+use alk_store::queue::{AckedBatch, Delivery, Payload, QueueEngine, Receipt, Settled};
 use alk_store::{AlkError, AlkResult};
 use async_trait::async_trait;
 use deadpool_postgres::GenericClient;
@@ -205,23 +205,9 @@ pub const Q_NEXT_VISIBLE: &str = "SELECT min(visible_at) FROM alk.messages WHERE
 /// Deletes every message of a queue (its ids are never reused).
 pub const Q_PURGE: &str = "DELETE FROM alk.messages WHERE queue = $1";
 
-/// Receipts longer than this were never issued.
-const MAX_RECEIPT_LEN: usize = 128;
-
 /// The key of the messages without a group in `groups` (group keys are
 /// never empty).
 const LANE: &[u8] = b"";
-
-fn parse_receipt(receipt: &str) -> Option<(i64, Uuid)> {
-    if receipt.len() > MAX_RECEIPT_LEN {
-        return None;
-    }
-    let (id, uuid) = receipt.split_once(':')?;
-    let id: i64 = id.parse().ok().filter(|id| *id > 0)?;
-    // Read like the file engine reads it: any spelling of the UUID.
-    let uuid = Uuid::parse_str(uuid).ok()?;
-    Some((id, uuid))
-}
 
 /// The statements of the queue store, for one schema.
 struct Statements {
@@ -566,9 +552,9 @@ impl PgQueue {
                     step.took.push((
                         row.try_get(6)?,
                         Delivery {
-                            id,
+                            id: id as u64,
                             payload,
-                            receipt: format!("{id}:{}", claim.hyphenated()),
+                            receipt: Receipt::new(id as u64, claim).to_string(),
                             attempt,
                             priority: row.try_get(5)?,
                             group,
@@ -682,8 +668,11 @@ impl PgQueue {
                 .await?;
                 self.step(found, claim)?
             };
-            let mut by_id: HashMap<i64, Delivery> =
-                heads.took.into_iter().map(|(_, d)| (d.id, d)).collect();
+            let mut by_id: HashMap<i64, Delivery> = heads
+                .took
+                .into_iter()
+                .map(|(_, d)| (d.id as i64, d))
+                .collect();
             let mut serve = |who: &[u8]| {
                 if !served.iter().any(|s| s == who) {
                     served.push(who.to_vec());
@@ -767,7 +756,7 @@ impl PgQueue {
             JobState::of(delivered, due_at, now)
         };
         Ok(JobInfo {
-            id,
+            id: id as u64,
             payload,
             state,
             attempt: count(row.try_get(5)?),
@@ -785,21 +774,23 @@ impl PgQueue {
 
 #[async_trait]
 impl QueueEngine for PgQueue {
-    async fn send(&self, payloads: &[Payload], stamp: &Stamp, now: i64) -> AlkResult<Vec<i64>> {
+    async fn send(&self, payloads: &[Payload], stamp: &Stamp, now: i64) -> AlkResult<Vec<u64>> {
         let (queue, sql, clock) = (&self.name, &self.sql.send, &*self.inner.clock);
-        self.inner
+        let ids = self
+            .inner
             .run(|c| {
                 Box::pin(async move { send_on(&*c, sql, clock, queue, payloads, stamp, now).await })
             })
-            .await
+            .await?;
+        Ok(ids.into_iter().map(|id| id as u64).collect())
     }
 
     async fn claim(
         &self,
         max: u32,
         visible_until: i64,
-        now: i64,
         floor: Option<i32>,
+        now: i64,
     ) -> AlkResult<Vec<Delivery>> {
         let now = self.inner.clock.to_db(now);
         let visible_until = self.inner.clock.to_db(visible_until);
@@ -865,23 +856,20 @@ impl QueueEngine for PgQueue {
         Ok(out)
     }
 
-    async fn ack(&self, receipt: &str) -> AlkResult<Settled> {
-        let settled = self
-            .ack_batch(std::slice::from_ref(&receipt.to_string()))
-            .await?;
-        Ok(settled.first().copied().unwrap_or(Settled::Gone))
+    async fn ack(&self, receipt: &Receipt) -> AlkResult<Settled> {
+        let batch = self.ack_batch(std::slice::from_ref(receipt)).await?;
+        Ok(batch.settle(&[Some(*receipt)])[0])
     }
 
-    async fn ack_batch(&self, receipts: &[String]) -> AlkResult<Vec<Settled>> {
-        let parsed: Vec<Option<(i64, Uuid)>> = receipts.iter().map(|r| parse_receipt(r)).collect();
+    async fn ack_batch(&self, receipts: &[Receipt]) -> AlkResult<AckedBatch> {
         // In id order: batches over the same messages lock them in the same
         // order, so they never deadlock.
-        let mut pairs: Vec<(i64, Uuid)> = parsed.iter().flatten().copied().collect();
+        let mut pairs: Vec<(i64, Uuid)> = receipts.iter().map(|r| (r.id as i64, r.claim)).collect();
         pairs.sort_unstable();
         let ids: Vec<i64> = pairs.iter().map(|(id, _)| *id).collect();
         let uuids: Vec<Uuid> = pairs.iter().map(|(_, u)| *u).collect();
         if ids.is_empty() {
-            return Ok(vec![Settled::Gone; receipts.len()]);
+            return Ok(AckedBatch::default());
         }
         let unique: HashSet<i64> = ids.iter().copied().collect();
         let (queue, sql) = (&self.name, &self.sql);
@@ -938,27 +926,15 @@ impl QueueEngine for PgQueue {
                 })
             })
             .await?;
-        // As on every engine: the current receipt acks its message (its
-        // first copy in the batch); another receipt of a message still
-        // there is stale; the rest find their message gone.
-        let mut acked = HashSet::new();
-        Ok(parsed
-            .iter()
-            .map(|r| match r {
-                None => Settled::Gone,
-                Some((id, uuid)) if deleted.get(id) == Some(uuid) && acked.insert(*id) => {
-                    Settled::Done
-                }
-                Some((id, _)) if present.contains(id) => Settled::Stale,
-                Some(_) => Settled::Gone,
-            })
-            .collect())
+        // The core tells each receipt's outcome (`AckedBatch::settle`).
+        Ok(AckedBatch {
+            deleted: deleted.into_iter().map(|(id, u)| (id as u64, u)).collect(),
+            present: present.into_iter().map(|id| id as u64).collect(),
+        })
     }
 
-    async fn nack(&self, receipt: &str, now: i64) -> AlkResult<Settled> {
-        let Some((id, uuid)) = parse_receipt(receipt) else {
-            return Ok(Settled::Gone);
-        };
+    async fn nack(&self, receipt: &Receipt, now: i64) -> AlkResult<Settled> {
+        let (id, uuid) = (receipt.id as i64, receipt.claim);
         let now = self.inner.clock.to_db(now);
         let (queue, nack) = (&self.name, &self.sql.nack);
         self.inner
@@ -1006,10 +982,8 @@ impl QueueEngine for PgQueue {
             .await
     }
 
-    async fn heartbeat(&self, receipt: &str, deadline: i64, now: i64) -> AlkResult<Beat> {
-        let Some((id, uuid)) = parse_receipt(receipt) else {
-            return Ok(Beat::Gone);
-        };
+    async fn heartbeat(&self, receipt: &Receipt, deadline: i64, now: i64) -> AlkResult<Beat> {
+        let (id, uuid) = (receipt.id as i64, receipt.claim);
         let deadline = self.inner.clock.to_db(deadline);
         let now = self.inner.clock.to_db(now);
         let (queue, heartbeat) = (&self.name, &self.sql.heartbeat);
@@ -1031,14 +1005,12 @@ impl QueueEngine for PgQueue {
 
     async fn retry(
         &self,
-        receipt: &str,
+        receipt: &Receipt,
         error: &str,
         delay: RetryDelay,
         now: i64,
     ) -> AlkResult<Retried> {
-        let Some((id, uuid)) = parse_receipt(receipt) else {
-            return Ok(Retried::Gone);
-        };
+        let (id, uuid) = (receipt.id as i64, receipt.claim);
         let clock = &self.inner.clock;
         let now_db = clock.to_db(now);
         let (queue, retry) = (&self.name, &self.sql.retry);
@@ -1077,10 +1049,8 @@ impl QueueEngine for PgQueue {
             .await
     }
 
-    async fn fail(&self, receipt: &str, error: &str, now: i64) -> AlkResult<Settled> {
-        let Some((id, uuid)) = parse_receipt(receipt) else {
-            return Ok(Settled::Gone);
-        };
+    async fn fail(&self, receipt: &Receipt, error: &str, now: i64) -> AlkResult<Settled> {
+        let (id, uuid) = (receipt.id as i64, receipt.claim);
         let now = self.inner.clock.to_db(now);
         self.inner
             .run(|c| {
@@ -1103,7 +1073,8 @@ impl QueueEngine for PgQueue {
             .await
     }
 
-    async fn cancel(&self, id: i64) -> AlkResult<bool> {
+    async fn cancel(&self, id: u64) -> AlkResult<bool> {
+        let id = id as i64;
         let (queue, sql) = (&self.name, &self.sql);
         self.inner
             .run(|c| {
@@ -1132,7 +1103,8 @@ impl QueueEngine for PgQueue {
             .await
     }
 
-    async fn job(&self, id: i64, now: i64) -> AlkResult<Option<JobInfo>> {
+    async fn job(&self, id: u64, now: i64) -> AlkResult<Option<JobInfo>> {
+        let id = id as i64;
         let (queue, job) = (&self.name, &self.sql.job);
         self.inner
             .run(|c| {
@@ -1183,7 +1155,8 @@ impl QueueEngine for PgQueue {
             .await
     }
 
-    async fn dead_letters(&self, after: i64, max: u32, now: i64) -> AlkResult<Vec<JobInfo>> {
+    async fn dead_letters(&self, after: u64, max: u32, now: i64) -> AlkResult<Vec<JobInfo>> {
+        let after = after as i64;
         let (queue, page) = (&self.name, &self.sql.dead_page);
         let limit = i64::from(max);
         self.inner
@@ -1199,10 +1172,12 @@ impl QueueEngine for PgQueue {
             .await
     }
 
-    async fn redrive(&self, ids: &[i64], now: i64) -> AlkResult<Vec<Option<i64>>> {
+    async fn redrive(&self, ids: &[u64], now: i64) -> AlkResult<Vec<Option<u64>>> {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
+        let ids: Vec<i64> = ids.iter().map(|id| *id as i64).collect();
+        let ids = ids.as_slice();
         let now = self.inner.clock.to_db(now);
         let (queue, sql) = (&self.name, &self.sql);
         let moved = self
@@ -1261,7 +1236,10 @@ impl QueueEngine for PgQueue {
             })
             .await?;
         let mut moved = moved;
-        Ok(ids.iter().map(|id| moved.remove(id)).collect())
+        Ok(ids
+            .iter()
+            .map(|id| moved.remove(id).map(|new| new as u64))
+            .collect())
     }
 
     async fn purge_dead(&self) -> AlkResult<u64> {
@@ -1269,27 +1247,5 @@ impl QueueEngine for PgQueue {
         self.inner
             .run(|c| Box::pin(async move { exec(&*c, purge_dead, &[queue]).await }))
             .await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_receipt;
-
-    #[test]
-    fn only_issued_receipt_shapes_parse() {
-        let u = "0f8e6a52-8c3e-4b8e-9d3a-2f7c1e5b9a10";
-        assert!(parse_receipt(&format!("7:{u}")).is_some());
-        for bad in [
-            "".to_string(),
-            "7".into(),
-            format!("0:{u}"),
-            format!("-1:{u}"),
-            format!("x:{u}"),
-            format!("7:{}", &u[1..]),
-            format!("7:{u}{}", "0".repeat(200)),
-        ] {
-            assert!(parse_receipt(&bad).is_none(), "{bad:?} parsed");
-        }
     }
 }

@@ -5,14 +5,13 @@
 use std::sync::Arc;
 
 use alk_store::limits::page;
-use alk_store::stream::{Event, StreamEngine, TxEngine};
+use alk_store::stream::{Event, StreamEngine};
 use alk_store::{AlkError, AlkResult};
 use async_trait::async_trait;
 use deadpool_postgres::GenericClient;
 
 use crate::conn::Inner;
 use crate::queue::Q_SEND;
-use crate::tx::PgTx;
 
 // The statements of this module (each listed by name in
 // `sql::STATEMENTS`, which a test checks against the format document).
@@ -75,6 +74,11 @@ impl PgStreams {
             send: s.get(Q_SEND),
         });
         PgStreams { inner, sql }
+    }
+
+    /// The statements, which transactions ([`crate::tx`]) run too.
+    pub(crate) fn statements(&self) -> &Arc<Statements> {
+        &self.sql
     }
 }
 
@@ -254,9 +258,5 @@ impl StreamEngine for PgStreams {
                 })
             })
             .await
-    }
-
-    async fn begin(&self) -> AlkResult<Box<dyn TxEngine>> {
-        Ok(Box::new(PgTx::begin(&self.inner, &self.sql).await?))
     }
 }

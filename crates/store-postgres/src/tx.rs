@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use alk_store::jobs::Stamp;
 use alk_store::queue::Payload;
-use alk_store::stream::{TxEngine, TxFailure};
+use alk_store::tx::{TxEngine, TxFailure};
 use alk_store::{AlkError, AlkResult};
 use async_trait::async_trait;
 
@@ -59,14 +59,16 @@ impl PgTx {
     fn conn(&self) -> Result<&deadpool_postgres::Object, TxFailure> {
         self.conn
             .as_deref()
-            .ok_or_else(|| TxFailure::Failed("the transaction is over".into()))
+            .ok_or_else(|| {
+                TxFailure::Failed(AlkError::Internal("the transaction is over".into()))
+            })
     }
 
     /// Ends the transaction after a failed statement (closing the
     /// connection rolls it back) and says why.
     fn failed(&mut self, e: tokio_postgres::Error) -> TxFailure {
         self.abandon();
-        TxFailure::Failed(format!("postgres: {}", describe_pg(&e)))
+        TxFailure::Failed(self.inner.error(Fail::Pg(e)))
     }
 
     /// Closes the connection (its transaction is open), which makes the
@@ -94,7 +96,9 @@ impl TxEngine for PgTx {
             Ok(offsets) => offsets
                 .first()
                 .copied()
-                .ok_or_else(|| TxFailure::Failed("publish returned no offset".into())),
+                .ok_or_else(|| {
+                    TxFailure::Failed(AlkError::Internal("publish returned no offset".into()))
+                }),
             Err(e) => Err(self.failed(e)),
         }
     }
@@ -135,7 +139,7 @@ impl TxEngine for PgTx {
             Err(Fail::Pg(e) | Fail::CommitUnknown(e)) => Err(self.failed(e)),
             Err(Fail::Alk(e)) => {
                 self.abandon();
-                Err(TxFailure::Failed(e.to_string()))
+                Err(TxFailure::Failed(e))
             }
         }
     }

@@ -15,6 +15,7 @@
 use std::path::{Path, PathBuf};
 
 use alk_store::kv::KvEngine;
+use alk_store::limits::Pager;
 
 use alk_store::{AlkError, AlkResult};
 use async_trait::async_trait;
@@ -386,18 +387,17 @@ impl KvEngine for KvStore {
                 Box::pin(async move {
                     let mut out = Vec::with_capacity(keys.len());
                     let mut expired_keys = Vec::new();
-                    let mut bytes = 0usize;
+                    let mut pager = Pager::new(usize::MAX, max_bytes);
                     for key in keys {
                         let found = select(store, &conn, key).await?;
                         // Only live values count toward the page's bytes,
                         // as on every engine.
-                        if let Some((value, at)) = &found
-                            && !expired(*at, now)
-                        {
-                            if !out.is_empty() && bytes + value.len() > max_bytes {
-                                break;
-                            }
-                            bytes += value.len();
+                        let size = match &found {
+                            Some((value, at)) if !expired(*at, now) => value.len(),
+                            _ => 0,
+                        };
+                        if !pager.admit(size) {
+                            break;
                         }
                         match found {
                             Some((_, at)) if expired(at, now) => {
@@ -602,7 +602,7 @@ impl KvEngine for KvStore {
                         None => query(&conn, SCAN, (prefix,)).await?,
                     };
                     let mut entries: Vec<(String, Vec<u8>)> = Vec::new();
-                    let mut bytes = 0usize;
+                    let mut pager = Pager::new(limit, max_bytes);
                     let mut more = false;
                     while let Some(row) = rows.next().await? {
                         let key = match row.get_value(0)? {
@@ -621,15 +621,15 @@ impl KvEngine for KvStore {
                             continue;
                         }
                         if entries.len() == limit {
+                            // Full: the value past the page is not read.
                             more = true;
                             break;
                         }
                         let value = value_of(store, &key, row.get_value(1)?)?;
-                        if !entries.is_empty() && bytes + value.len() > max_bytes {
+                        if !pager.admit(value.len()) {
                             more = true;
                             break;
                         }
-                        bytes += value.len();
                         entries.push((key, value));
                     }
                     // Stopping early is deliberate (the rest of the table is

@@ -60,6 +60,7 @@ use alk_store::lock::LockEngine;
 use alk_store::queue::QueueEngine;
 use alk_store::schedule::ScheduleEngine;
 use alk_store::stream::StreamEngine;
+use alk_store::tx::TxEngine;
 use alk_store::wake::Wakes;
 use alk_store::{AlkError, AlkResult, Engine};
 use async_trait::async_trait;
@@ -174,6 +175,10 @@ impl Engine for TursoEngine {
 
     async fn schedules(&self) -> AlkResult<Arc<dyn ScheduleEngine>> {
         Ok(self.stream_store().await?)
+    }
+
+    async fn begin(&self) -> AlkResult<Box<dyn TxEngine>> {
+        Ok(Box::new(self.stream_store().await?.begin_tx().await?))
     }
 
     fn wakes(&self) -> AlkResult<Wakes> {

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use alk_store::jobs::{
     Beat, EXPIRED_ERROR, JobInfo, JobState, Retried, RetryDelay, Stamp, lapsed_error,
 };
-use alk_store::queue::{Delivery, Payload, QueueEngine, Settled};
+use alk_store::queue::{AckedBatch, Delivery, Payload, QueueEngine, Receipt, Settled};
 use alk_store::{AlkError, AlkResult};
 use async_trait::async_trait;
 use turso::{Connection, Value};
@@ -275,10 +275,6 @@ pub const CLAIM_WORK: usize = 1000;
 /// The most expired messages one transaction of `sweep-expired` moves.
 pub const SWEEP_BATCH: i64 = 1000;
 
-/// Receipts longer than this were never issued (an id and a UUID are < 64
-/// bytes); they are not parsed at all.
-const MAX_RECEIPT_LEN: usize = 128;
-
 /// A queue: `<data-dir>/queue/<name>/localqueue.sqlite`, in
 /// `localqueue.v1` or `localqueue.v2`.
 #[derive(Debug, Clone)]
@@ -303,15 +299,10 @@ pub fn queue_path(data_dir: &Path, name: &str) -> PathBuf {
     data_dir.join("queue").join(name).join("localqueue.sqlite")
 }
 
-/// What a receipt says, if it is one this store could have issued.
-fn parse_receipt(receipt: &str) -> Option<(i64, String)> {
-    if receipt.len() > MAX_RECEIPT_LEN {
-        return None;
-    }
-    let (id, uuid) = receipt.split_once(':')?;
-    let id: i64 = id.parse().ok().filter(|id| *id > 0)?;
-    let uuid = uuid::Uuid::parse_str(uuid).ok()?;
-    Some((id, uuid.hyphenated().to_string()))
+/// A receipt as the store's columns hold it: the id, and the claim's
+/// UUID in its hyphenated lower-case spelling.
+fn receipt_columns(receipt: &Receipt) -> (i64, String) {
+    (receipt.id as i64, receipt.claim.hyphenated().to_string())
 }
 
 /// Runs `sql` (ACK or NACK) for one parsed receipt and tells what it found.
@@ -423,7 +414,7 @@ fn job_at(
         )
     };
     Ok(JobInfo {
-        id,
+        id: id as u64,
         payload: payload_at(row, 0, 1, path, id)?,
         state,
         attempt: count(row.get::<i64>(2)?),
@@ -647,7 +638,7 @@ async fn claim_v2_on(
                 claimed.insert(
                     id,
                     Delivery {
-                        id,
+                        id: id as u64,
                         payload: payload_at(&row, 1, 2, path, id)?,
                         receipt: format!("{id}:{uuid}"),
                         attempt: count(row.get::<i64>(3)?),
@@ -881,12 +872,8 @@ impl QueueStore {
         }
     }
 
-    async fn settle(&self, sql: &'static str, receipt: &str, now: i64) -> AlkResult<Settled> {
-        // A receipt that does not parse was never issued here: like a gone
-        // message, settling it succeeds and changes nothing.
-        let Some((id, uuid)) = parse_receipt(receipt) else {
-            return Ok(Settled::Gone);
-        };
+    async fn settle(&self, sql: &'static str, receipt: &Receipt, now: i64) -> AlkResult<Settled> {
+        let (id, uuid) = receipt_columns(receipt);
         let uuid = uuid.as_str();
         self.store
             .run_immediate_in(|conn: Connection, format| {
@@ -934,7 +921,7 @@ fn is_v2(format: &Format) -> bool {
 
 #[async_trait]
 impl QueueEngine for QueueStore {
-    async fn send(&self, payloads: &[Payload], stamp: &Stamp, now: i64) -> AlkResult<Vec<i64>> {
+    async fn send(&self, payloads: &[Payload], stamp: &Stamp, now: i64) -> AlkResult<Vec<u64>> {
         let v2 = self.is_v2().await?;
         if !v2 && let Some(what) = stamp.beyond_plain(now) {
             return Err(needs_v2(&self.store, &self.name, what, self.new_v1));
@@ -943,18 +930,18 @@ impl QueueEngine for QueueStore {
         // The statements follow the file as the database running them
         // opened it: a v1 file migrated meanwhile gets v2 rows.
         let op =
-            |conn: Connection, format: &'static Format| -> crate::retry::OpFuture<'_, Vec<i64>> {
+            |conn: Connection, format: &'static Format| -> crate::retry::OpFuture<'_, Vec<u64>> {
                 let v2 = is_v2(format);
                 Box::pin(async move {
                     let mut ids = Vec::with_capacity(payloads.len());
                     for (i, p) in payloads.iter().enumerate() {
                         if v2 {
                             // The group joins once per send.
-                            ids.push(send_v2_on(&conn, p, stamp, now, i == 0).await?);
+                            ids.push(send_v2_on(&conn, p, stamp, now, i == 0).await? as u64);
                         } else {
                             let (kind, data) = p.parts();
                             exec(&conn, SEND, (kind, data, now)).await?;
-                            ids.push(conn.last_insert_rowid());
+                            ids.push(conn.last_insert_rowid() as u64);
                         }
                     }
                     Ok(ids)
@@ -971,8 +958,8 @@ impl QueueEngine for QueueStore {
         &self,
         max: u32,
         visible_at: i64,
-        now: i64,
         floor: Option<i32>,
+        now: i64,
     ) -> AlkResult<Vec<Delivery>> {
         let path = self.store.path();
         if self.is_v2().await? {
@@ -1007,7 +994,7 @@ impl QueueEngine for QueueStore {
                         claimed.push((
                             enqueued_at,
                             Delivery {
-                                id,
+                                id: id as u64,
                                 payload,
                                 receipt: format!("{id}:{uuid}"),
                                 attempt: count(attempt),
@@ -1025,36 +1012,20 @@ impl QueueEngine for QueueStore {
             .await
     }
 
-    async fn ack(&self, receipt: &str) -> AlkResult<Settled> {
+    async fn ack(&self, receipt: &Receipt) -> AlkResult<Settled> {
         self.settle(ACK, receipt, 0).await
     }
 
-    async fn ack_batch(&self, receipts: &[String]) -> AlkResult<Vec<Settled>> {
-        let parsed: Vec<Option<(i64, String)>> =
-            receipts.iter().map(|r| parse_receipt(r)).collect();
-        let pairs: Vec<(i64, &str)> = parsed
+    async fn ack_batch(&self, receipts: &[Receipt]) -> AlkResult<AckedBatch> {
+        let columns: Vec<(i64, String)> = receipts.iter().map(receipt_columns).collect();
+        let pairs: Vec<(i64, &str)> = columns
             .iter()
-            .flatten()
             .map(|(id, uuid)| (*id, uuid.as_str()))
             .collect();
         if pairs.is_empty() {
-            return Ok(vec![Settled::Gone; receipts.len()]);
+            return Ok(AckedBatch::default());
         }
         let v2 = self.is_v2().await?;
-        if let [(id, uuid)] = pairs.as_slice()
-            && receipts.len() == 1
-        {
-            // One receipt: the single-ack statements (usually one).
-            let (id, uuid) = (*id, *uuid);
-            let sql = if v2 { ACK_V2 } else { ACK };
-            let outcome = self
-                .store
-                .run_immediate(|conn: Connection| {
-                    Box::pin(async move { settle_on(&conn, sql, id, uuid, 0).await })
-                })
-                .await?;
-            return Ok(vec![outcome]);
-        }
         let ids_json = format!(
             "[{}]",
             pairs
@@ -1123,25 +1094,23 @@ impl QueueEngine for QueueStore {
                 })
             })
             .await?;
-        // The receipts of a batch apply together: the current one acks its
-        // message (its first occurrence, if repeated); any other receipt of a
-        // message still there is stale; the rest find their message gone.
-        let deleted: std::collections::HashMap<i64, String> = deleted.into_iter().collect();
-        let mut acked = std::collections::HashSet::new();
-        Ok(parsed
-            .iter()
-            .map(|receipt| match receipt {
-                None => Settled::Gone,
-                Some((id, uuid)) if deleted.get(id) == Some(uuid) && acked.insert(*id) => {
-                    Settled::Done
-                }
-                Some((id, _)) if existing.contains(id) => Settled::Stale,
-                Some(_) => Settled::Gone,
-            })
-            .collect())
+        // The core tells each receipt's outcome from what was deleted and
+        // what is still there (`AckedBatch::settle`).
+        let mut batch = AckedBatch::default();
+        for (id, uuid) in deleted {
+            let claim = uuid::Uuid::parse_str(&uuid).map_err(|_| {
+                AlkError::Internal(format!(
+                    "{}: message {id} was claimed under {uuid:?}, which is not a UUID",
+                    self.store.path().display()
+                ))
+            })?;
+            batch.deleted.insert(id as u64, claim);
+        }
+        batch.present = existing.into_iter().map(|id| id as u64).collect();
+        Ok(batch)
     }
 
-    async fn nack(&self, receipt: &str, now: i64) -> AlkResult<Settled> {
+    async fn nack(&self, receipt: &Receipt, now: i64) -> AlkResult<Settled> {
         self.settle(NACK, receipt, now).await
     }
 
@@ -1178,11 +1147,9 @@ impl QueueEngine for QueueStore {
         }
     }
 
-    async fn heartbeat(&self, receipt: &str, deadline: i64, now: i64) -> AlkResult<Beat> {
+    async fn heartbeat(&self, receipt: &Receipt, deadline: i64, now: i64) -> AlkResult<Beat> {
         let v2 = self.is_v2().await?;
-        let Some((id, uuid)) = parse_receipt(receipt) else {
-            return Ok(Beat::Gone);
-        };
+        let (id, uuid) = receipt_columns(receipt);
         let uuid = uuid.as_str();
         self.store
             .run_immediate(|conn: Connection| {
@@ -1202,16 +1169,14 @@ impl QueueEngine for QueueStore {
 
     async fn retry(
         &self,
-        receipt: &str,
+        receipt: &Receipt,
         error: &str,
         delay: RetryDelay,
         now: i64,
     ) -> AlkResult<Retried> {
         self.require_v2("retries").await?;
         let v2 = true;
-        let Some((id, uuid)) = parse_receipt(receipt) else {
-            return Ok(Retried::Gone);
-        };
+        let (id, uuid) = receipt_columns(receipt);
         let uuid = uuid.as_str();
         self.store
             .run_immediate(|conn: Connection| {
@@ -1234,12 +1199,10 @@ impl QueueEngine for QueueStore {
             .await
     }
 
-    async fn fail(&self, receipt: &str, error: &str, now: i64) -> AlkResult<Settled> {
+    async fn fail(&self, receipt: &Receipt, error: &str, now: i64) -> AlkResult<Settled> {
         self.require_v2("dead letters").await?;
         let v2 = true;
-        let Some((id, uuid)) = parse_receipt(receipt) else {
-            return Ok(Settled::Gone);
-        };
+        let (id, uuid) = receipt_columns(receipt);
         let uuid = uuid.as_str();
         self.store
             .run_immediate(|conn: Connection| {
@@ -1256,7 +1219,8 @@ impl QueueEngine for QueueStore {
             .await
     }
 
-    async fn cancel(&self, id: i64) -> AlkResult<bool> {
+    async fn cancel(&self, id: u64) -> AlkResult<bool> {
+        let id = id as i64;
         let v2 = self.is_v2().await?;
         self.store
             .run_immediate(|conn: Connection| {
@@ -1282,7 +1246,8 @@ impl QueueEngine for QueueStore {
             .await
     }
 
-    async fn job(&self, id: i64, now: i64) -> AlkResult<Option<JobInfo>> {
+    async fn job(&self, id: u64, now: i64) -> AlkResult<Option<JobInfo>> {
+        let id = id as i64;
         let v2 = self.is_v2().await?;
         let path = self.store.path();
         self.store
@@ -1337,7 +1302,8 @@ impl QueueEngine for QueueStore {
         }
     }
 
-    async fn dead_letters(&self, after: i64, max: u32, now: i64) -> AlkResult<Vec<JobInfo>> {
+    async fn dead_letters(&self, after: u64, max: u32, now: i64) -> AlkResult<Vec<JobInfo>> {
+        let after = after as i64;
         if !self.is_v2().await? {
             return Ok(Vec::new());
         }
@@ -1357,7 +1323,7 @@ impl QueueEngine for QueueStore {
             .await
     }
 
-    async fn redrive(&self, ids: &[i64], now: i64) -> AlkResult<Vec<Option<i64>>> {
+    async fn redrive(&self, ids: &[u64], now: i64) -> AlkResult<Vec<Option<u64>>> {
         if !self.is_v2().await? {
             return Ok(vec![None; ids.len()]);
         }
@@ -1366,7 +1332,8 @@ impl QueueEngine for QueueStore {
                 Box::pin(async move {
                     let mut out = Vec::with_capacity(ids.len());
                     for id in ids {
-                        let mut rows = query(&conn, REDRIVE, (*id, now)).await?;
+                        let id = *id as i64;
+                        let mut rows = query(&conn, REDRIVE, (id, now)).await?;
                         let mut back = None;
                         while let Some(row) = rows.next().await? {
                             back = Some((
@@ -1380,11 +1347,11 @@ impl QueueEngine for QueueStore {
                             out.push(None);
                             continue;
                         };
-                        exec(&conn, DELETE_DEAD, (*id,)).await?;
+                        exec(&conn, DELETE_DEAD, (id,)).await?;
                         if let Some(g) = group {
                             join_on(&conn, &g, priority).await?;
                         }
-                        out.push(Some(new));
+                        out.push(Some(new as u64));
                     }
                     Ok(out)
                 })
@@ -1412,6 +1379,11 @@ mod tests {
 
     const DOC: &str = include_str!("../../../docs/formats/localqueue.v1.md");
 
+    /// The receipt a delivery names.
+    fn r(text: &str) -> Receipt {
+        Receipt::parse(text).unwrap()
+    }
+
     #[tokio::test]
     async fn a_row_that_breaks_the_format_is_an_internal_error_naming_the_store() {
         for (new_queues, columns) in [
@@ -1436,7 +1408,7 @@ mod tests {
                 };
                 crate::write_sql(&q.store, &format!("UPDATE messages SET {column} = {value}"))
                     .await;
-                match q.claim(1, 1_000, 0, None).await {
+                match q.claim(1, 1_000, None, 0).await {
                     Err(AlkError::Internal(m)) => {
                         assert!(m.contains("localqueue.sqlite"), "{column}: {m}")
                     }
@@ -1476,29 +1448,6 @@ mod tests {
                 ("NEXT_VISIBLE", NEXT_VISIBLE),
             ],
         );
-    }
-
-    #[test]
-    fn receipts_parse_only_when_this_store_could_have_issued_them() {
-        let uuid = "67e55044-10b1-426f-9247-bb680e5fe0c8";
-        assert_eq!(
-            parse_receipt(&format!("12:{uuid}")),
-            Some((12, uuid.to_string()))
-        );
-        for bad in [
-            "",
-            "12",
-            ":",
-            "12:",
-            &format!(":{uuid}"),
-            &format!("0:{uuid}"),
-            &format!("-1:{uuid}"),
-            "12:not-a-uuid",
-            &format!("x:{uuid}"),
-            &format!("12:{uuid}{}", "0".repeat(200)),
-        ] {
-            assert_eq!(parse_receipt(bad), None, "{bad:?}");
-        }
     }
 
     async fn queue(dir: &Path) -> QueueStore {
@@ -1547,16 +1496,17 @@ mod tests {
             .await
             .unwrap();
         let uuid = |d: &Delivery| d.receipt.split_once(':').unwrap().1.to_string();
-        let first = q.claim(1, 1_000, 0, None).await.unwrap();
-        let rest = q.claim(10, 1_000, 0, None).await.unwrap();
+        let first = q.claim(1, 1_000, None, 0).await.unwrap();
+        let rest = q.claim(10, 1_000, None, 0).await.unwrap();
         assert_eq!(rest.len(), 2);
         assert!(rest.iter().all(|d| uuid(d) == uuid(&rest[0])));
         assert_ne!(uuid(&first[0]), uuid(&rest[0]));
         assert!(uuid::Uuid::parse_str(&uuid(&first[0])).is_ok());
         // One ack-batch statement for one claim's receipts: all acked.
-        let receipts: Vec<String> = rest.iter().map(|d| d.receipt.clone()).collect();
+        let receipts: Vec<Receipt> = rest.iter().map(|d| r(&d.receipt)).collect();
+        let batch = q.ack_batch(&receipts).await.unwrap();
         assert_eq!(
-            q.ack_batch(&receipts).await.unwrap(),
+            batch.settle(&receipts.iter().copied().map(Some).collect::<Vec<_>>()),
             [Settled::Done, Settled::Done]
         );
     }
@@ -1592,7 +1542,7 @@ mod tests {
             other.close_for_test();
         }
         let q = queue(dir.path()).await;
-        let got = q.claim(1, 1_000, 10, None).await.unwrap();
+        let got = q.claim(1, 1_000, None, 10).await.unwrap();
         assert_eq!(got[0].payload, text("from the other program"));
     }
 
@@ -1622,9 +1572,9 @@ mod tests {
         holder.execute("ROLLBACK", ()).await.unwrap();
         q.store.check_in(&handle, holder);
         // Nothing was written by the refused send; the next one goes through.
-        assert!(q.claim(10, 30_001, 1, None).await.unwrap().is_empty());
+        assert!(q.claim(10, 30_001, None, 1).await.unwrap().is_empty());
         q.send(&[text("y")], &Stamp::plain(0), 0).await.unwrap();
-        assert_eq!(q.claim(10, 30_001, 1, None).await.unwrap().len(), 1);
+        assert_eq!(q.claim(10, 30_001, None, 1).await.unwrap().len(), 1);
     }
 
     fn cpu_time() -> std::time::Duration {
@@ -1767,7 +1717,7 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(matches!(
-            q.claim(1, 100, 0, Some(1)).await,
+            q.claim(1, 100, Some(1), 0).await,
             Err(AlkError::InvalidArgument(_))
         ));
         assert_eq!(q.next_visible().await.unwrap(), None);
@@ -1798,22 +1748,22 @@ mod tests {
                 .unwrap();
             // "a" in flight (attempt 1); "d" acked, so the high-water mark is
             // above every remaining id; "b" delivered and given back.
-            let a = q.claim(1, 1_000_000, 20, None).await.unwrap().remove(0);
-            let b = q.claim(1, 1_000_000, 20, None).await.unwrap().remove(0);
-            q.nack(&b.receipt, 30).await.unwrap();
-            let rest = q.claim(2, 1_000_000, 30, None).await.unwrap();
+            let a = q.claim(1, 1_000_000, None, 20).await.unwrap().remove(0);
+            let b = q.claim(1, 1_000_000, None, 20).await.unwrap().remove(0);
+            q.nack(&r(&b.receipt), 30).await.unwrap();
+            let rest = q.claim(2, 1_000_000, None, 30).await.unwrap();
             assert_eq!(
                 rest.iter().map(|d| d.id).collect::<Vec<_>>(),
                 [ids[1], ids[2]]
             );
             for d in &rest {
-                q.nack(&d.receipt, 40).await.unwrap();
+                q.nack(&r(&d.receipt), 40).await.unwrap();
             }
-            let d = q.claim(4, 1_000_000, 40, None).await.unwrap();
+            let d = q.claim(4, 1_000_000, None, 40).await.unwrap();
             let last = d.iter().find(|d| d.id == ids[3]).unwrap();
-            q.ack(&last.receipt).await.unwrap();
+            q.ack(&r(&last.receipt)).await.unwrap();
             for other in d.iter().filter(|d| d.id != ids[3]) {
-                q.nack(&other.receipt, 50).await.unwrap();
+                q.nack(&r(&other.receipt), 50).await.unwrap();
             }
             q.store.close_for_test();
             (a.receipt, ids[3])
@@ -1844,12 +1794,12 @@ mod tests {
         let a = q.job(1, 60).await.unwrap().unwrap();
         assert_eq!((a.state, a.attempt), (JobState::InFlight, 1));
         // Due messages come in their old order; attempts continue.
-        let got = q.claim(10, 1_000, 60, None).await.unwrap();
+        let got = q.claim(10, 1_000, None, 60).await.unwrap();
         assert_eq!(
             got.iter().map(|d| (d.id, d.attempt)).collect::<Vec<_>>(),
             [(2, 4), (3, 3)]
         );
-        assert_eq!(q.ack(&receipt).await.unwrap(), Settled::Done);
+        assert_eq!(q.ack(&r(&receipt)).await.unwrap(), Settled::Done);
         // New ids continue above the old high-water mark.
         let next = q.send(&[text("e")], &Stamp::plain(70), 70).await.unwrap();
         assert_eq!(next, [high + 1]);
@@ -1909,7 +1859,7 @@ mod tests {
         let q = QueueStore::open(dir.path(), "q", v1).await.unwrap();
         assert!(!q.is_v2().await.unwrap());
         assert_eq!(schema(q.clone()).await, before);
-        let got = q.claim(1, 1_000, 10, None).await.unwrap();
+        let got = q.claim(1, 1_000, None, 10).await.unwrap();
         assert_eq!(got[0].payload, text("kept"));
     }
 }

@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use alk_store::jobs::Stamp;
 use alk_store::queue::Payload;
-use alk_store::wake::Wakes;
+use alk_store::wake::{Wakes, topics};
 use alk_store::{AlkError, AlkResult};
 use turso::{Connection, Value};
 
@@ -445,7 +445,7 @@ impl Relay {
             if inserted > 0
                 && let Some(w) = &self.wakes
             {
-                w.signal(&format!("queue.{queue}"));
+                w.signal(&topics::queue(queue));
             }
             if (rows.len() as i64) < RELAY_BATCH {
                 break;
@@ -770,7 +770,8 @@ mod tests {
     use crate::tx::tests::commit_sends;
     use crate::{RetryPolicy, TursoEngine};
     use alk_store::queue::{Queue, QueueEngine};
-    use alk_store::stream::{Streams, TxEngine};
+    use alk_store::stream::Streams;
+    use alk_store::tx::TxEngine;
 
     /// Commits a transaction that sends `payloads` to `queue`, without
     /// relaying them (as if the process died right after its commit).
@@ -1127,7 +1128,7 @@ mod tests {
         // The rest is the background relayer's.
         s.relay.relay_pending(&mut HashMap::new(), usize::MAX).await;
         assert!(s.relay.pending("q").await.unwrap().is_empty());
-        let got = q.claim(5000, 1_000_000, 1_000, None).await.unwrap();
+        let got = q.claim(5000, 1_000_000, None, 1_000).await.unwrap();
         assert_eq!(got.len(), 2 * batch + 501);
         assert_eq!(got.last().unwrap().payload, text("last"));
     }

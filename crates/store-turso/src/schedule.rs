@@ -272,7 +272,7 @@ mod tests {
         );
         assert_eq!(s.get("full").await.unwrap().unwrap().next_due, 301_234);
         let jobs = s.relay.queues.get("jobs").await.unwrap();
-        let got = jobs.claim(10, 100_000, 2_000, None).await.unwrap();
+        let got = jobs.claim(10, 100_000, None, 2_000).await.unwrap();
         // A group has one message in flight at a time.
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].group.as_deref(), Some("g"));

@@ -17,7 +17,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use alk_store::stream::{Event, StreamEngine, TxEngine};
+use alk_store::limits::Pager;
+use alk_store::stream::{Event, StreamEngine};
 use alk_store::{AlkError, AlkResult};
 use async_trait::async_trait;
 use turso::{Connection, Value};
@@ -313,17 +314,16 @@ impl StreamEngine for StreamStore {
                 Box::pin(async move {
                     let mut rows = query(&conn, READ_SINCE, (stream, offset, limit)).await?;
                     let mut events = Vec::new();
-                    let mut bytes = 0usize;
+                    let mut pager = Pager::new(usize::MAX, max_bytes);
                     while let Some(row) = rows.next().await? {
                         let payload = match row.get_value(2)? {
                             Value::Blob(b) => b,
                             Value::Text(t) => t.into_bytes(),
                             other => return Err(corrupt(path, stream, "payload", &other)),
                         };
-                        if !events.is_empty() && bytes + payload.len() > max_bytes {
+                        if !pager.admit(payload.len()) {
                             break;
                         }
-                        bytes += payload.len();
                         events.push(Event {
                             offset: row.get::<i64>(0)? as u64,
                             stream: stream.to_string(),
@@ -373,10 +373,6 @@ impl StreamEngine for StreamStore {
                 Box::pin(async move { Ok(exec(&conn, TRIM, (stream, horizon)).await?) })
             })
             .await
-    }
-
-    async fn begin(&self) -> AlkResult<Box<dyn TxEngine>> {
-        Ok(Box::new(self.begin_tx().await?))
     }
 }
 
@@ -431,7 +427,7 @@ pub(crate) mod tests {
     };
     use alk_store::jobs::Stamp;
     use alk_store::queue::{Payload, QueueEngine};
-    use alk_store::stream::TxEngine;
+    use alk_store::tx::TxEngine;
 
     const DOC: &str = include_str!("../../../docs/formats/localstream.v1.md");
     const DOC_V2: &str = include_str!("../../../docs/formats/localstream.v2.md");
@@ -519,7 +515,7 @@ pub(crate) mod tests {
     }
 
     pub(crate) async fn claim_all(q: &QueueStore) -> Vec<Payload> {
-        q.claim(1000, 1_000_000, 1_000, None)
+        q.claim(1000, 1_000_000, None, 1_000)
             .await
             .unwrap()
             .into_iter()

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use alk_store::jobs::Stamp;
 use alk_store::queue::Payload;
-use alk_store::stream::{TxEngine, TxFailure};
+use alk_store::tx::{TxEngine, TxFailure};
 use alk_store::{AlkError, AlkResult};
 use async_trait::async_trait;
 use turso::Connection;
@@ -98,16 +98,15 @@ impl TursoTx {
             Ok(Err(Failure::Alk(e))) => Err(TxFailure::Refused(e)),
             Ok(Err(Failure::Db(e))) => {
                 crate::retry::rollback(&self.conn, self.store.path()).await;
-                Err(TxFailure::Failed(self.store.engine_error(e).to_string()))
+                Err(TxFailure::Failed(self.store.engine_error(e)))
             }
             Err(panic) => {
                 // Its state is unknown: close the database (which drops the
                 // uncommitted transaction and its lock) rather than use it.
                 self.store.discard(&self.handle);
-                Err(TxFailure::Failed(format!(
-                    "the storage engine failed: {}",
-                    panic
-                )))
+                Err(TxFailure::Failed(AlkError::Internal(format!(
+                    "the storage engine failed: {panic}"
+                ))))
             }
         }
     }
@@ -269,6 +268,7 @@ pub(crate) mod tests {
     use crate::{RetryPolicy, TursoEngine};
     use alk_store::queue::Queue;
     use alk_store::stream::{StreamEngine, Streams};
+    use alk_store::tx::Tx;
 
     #[tokio::test]
     async fn an_engine_panic_inside_a_transaction_aborts_it_and_frees_the_store() {
@@ -287,7 +287,7 @@ pub(crate) mod tests {
             })
             .await;
         assert!(
-            matches!(&failed, Err(TxFailure::Failed(m)) if m.contains("simulated")),
+            matches!(&failed, Err(TxFailure::Failed(AlkError::Internal(m))) if m.contains("simulated")),
             "{failed:?}"
         );
         drop(tx);
@@ -303,9 +303,10 @@ pub(crate) mod tests {
             ..StoreOptions::default()
         };
         QueueStore::open(dir.path(), "old", v1).await.unwrap();
-        let engine = TursoEngine::new(dir.path(), RetryPolicy::default());
-        let s = Streams::open(&engine, Default::default()).await.unwrap();
-        let tx = s.transaction();
+        let turso = Arc::new(TursoEngine::new(dir.path(), RetryPolicy::default()));
+        let engine: Arc<dyn alk_store::Engine> = turso.clone();
+        let s = Streams::open(&*engine, Default::default()).await.unwrap();
+        let tx = Tx::new(engine.clone(), Default::default()).unwrap();
         tx.publish("s", None, b"e", 0).await.unwrap();
         let plain = alk_store::jobs::SendOptions::default();
         match tx.enqueue("old", &[text("x")], &plain, 0).await {
@@ -321,7 +322,7 @@ pub(crate) mod tests {
         assert_eq!(fresh.claim(10, None, None, 0).await.unwrap().len(), 1);
         let old = Queue::open(&engine, "old").await.unwrap();
         assert!(old.claim(10, None, None, 0).await.unwrap().is_empty());
-        let store = engine.stream_store().await.unwrap();
+        let store = turso.stream_store().await.unwrap();
         // The relayed rows go with the next write here.
         store.relay.flush_relayed().await;
         assert!(
@@ -433,8 +434,8 @@ pub(crate) mod tests {
             new_queues: NewQueues::V1,
             ..StoreOptions::default()
         };
-        let engine = TursoEngine::new(dir.path(), v1);
-        let outbox = alk_store::outbox::Outbox::open(&engine, "mail")
+        let engine: Arc<dyn alk_store::Engine> = Arc::new(TursoEngine::new(dir.path(), v1));
+        let outbox = alk_store::outbox::Outbox::open(&*engine, "mail")
             .await
             .unwrap();
         let backing = alk_store::outbox::backing_queue("mail").unwrap();
@@ -446,8 +447,7 @@ pub(crate) mod tests {
                 .await
                 .unwrap()
         );
-        let s = Streams::open(&engine, Default::default()).await.unwrap();
-        let tx = s.transaction();
+        let tx = Tx::new(engine.clone(), Default::default()).unwrap();
         let plain = alk_store::jobs::SendOptions::default();
         tx.outbox_enqueue("mail", &[text("m")], &plain, 0)
             .await

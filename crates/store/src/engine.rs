@@ -16,6 +16,7 @@ use crate::lock::LockEngine;
 use crate::queue::QueueEngine;
 use crate::schedule::ScheduleEngine;
 use crate::stream::StreamEngine;
+use crate::tx::TxEngine;
 use crate::wake::Wakes;
 
 /// A storage engine: where stores live and how they are read and written.
@@ -40,6 +41,12 @@ pub trait Engine: Send + Sync + 'static {
     /// The schedules (all of them live in one store per engine).
     async fn schedules(&self) -> AlkResult<Arc<dyn ScheduleEngine>>;
 
+    /// Begins a transaction across the mechanisms (streams, queues,
+    /// outboxes): see [`TxEngine`]. It may take a write lock for its whole
+    /// life; the core ([`crate::tx::Tx`]) begins it at a transaction's first
+    /// operation and bounds how long it stays open.
+    async fn begin(&self) -> AlkResult<Box<dyn TxEngine>>;
+
     /// The wakes of this engine's stores in this process, carried to the
     /// other processes that use the same stores.
     fn wakes(&self) -> AlkResult<Wakes>;
@@ -52,4 +59,45 @@ pub trait Engine: Send + Sync + 'static {
     /// so that nothing is lost when the process exits next. Hosts call it
     /// when a guest's run ends; bounded in time by each engine.
     async fn flush(&self) {}
+}
+
+/// A shared engine is an engine: `&Arc<dyn Engine>` (or `&Arc<MyEngine>`)
+/// may be passed wherever a `&dyn Engine` is asked for.
+#[async_trait]
+impl<E: Engine + ?Sized> Engine for Arc<E> {
+    async fn bucket(&self, name: &str) -> AlkResult<Arc<dyn KvEngine>> {
+        (**self).bucket(name).await
+    }
+
+    async fn queue(&self, name: &str) -> AlkResult<Arc<dyn QueueEngine>> {
+        (**self).queue(name).await
+    }
+
+    async fn streams(&self) -> AlkResult<Arc<dyn StreamEngine>> {
+        (**self).streams().await
+    }
+
+    async fn locks(&self) -> AlkResult<Arc<dyn LockEngine>> {
+        (**self).locks().await
+    }
+
+    async fn schedules(&self) -> AlkResult<Arc<dyn ScheduleEngine>> {
+        (**self).schedules().await
+    }
+
+    async fn begin(&self) -> AlkResult<Box<dyn TxEngine>> {
+        (**self).begin().await
+    }
+
+    fn wakes(&self) -> AlkResult<Wakes> {
+        (**self).wakes()
+    }
+
+    fn describe(&self) -> String {
+        (**self).describe()
+    }
+
+    async fn flush(&self) {
+        (**self).flush().await
+    }
 }

@@ -283,7 +283,7 @@ impl JobState {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobInfo {
     /// The message id.
-    pub id: i64,
+    pub id: u64,
     /// The body.
     pub payload: Payload,
     /// Where it is.

@@ -8,7 +8,7 @@ use crate::engine::Engine;
 use crate::error::{AlkError, AlkResult};
 use crate::limits::{KvLimits, MAX_READ_BYTES, MAX_SCAN_LIMIT, check_batch};
 use crate::names::{check_key, check_name, check_size};
-use crate::time::expiry;
+use crate::time::{Clock, expiry};
 
 /// One page of a prefix scan.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -384,11 +384,11 @@ impl Bucket {
         key: &str,
         delta: i128,
         range: std::ops::RangeInclusive<i128>,
-        now: impl Fn() -> i64,
+        clock: &dyn Clock,
     ) -> AlkResult<i128> {
         self.check_key(key)?;
         for attempt in 0..MAX_INCREMENT_ATTEMPTS {
-            let (current, expected) = self.read_for_swap(key, now()).await?;
+            let (current, expected) = self.read_for_swap(key, clock.now_ms()).await?;
             let old: i128 = match &current {
                 None => 0,
                 Some(v) => std::str::from_utf8(v)
@@ -416,7 +416,7 @@ impl Bucket {
                 })?;
             if self
                 .engine
-                .swap(key, &expected, new.to_string().as_bytes(), None, now())
+                .swap(key, &expected, new.to_string().as_bytes(), None, clock.now_ms())
                 .await?
             {
                 return Ok(new);

@@ -85,24 +85,60 @@ pub const MAX_BATCH: usize = 1000;
 /// a next cursor and asks again for the rest.
 pub const MAX_READ_BYTES: usize = 16 * 1024 * 1024;
 
-/// What a read of many returns in one answer: the first of `items`, at
-/// most `limit`, and after the first only while their sizes (`size`) stay
-/// within `max_bytes` in all ([`MAX_READ_BYTES`]). `true` when some were
-/// left for the next answer. Engines page their reads of many this way.
+/// The bounds of one answer of a read of many: at most `limit` items, and
+/// after the first only while their sizes stay within `max_bytes` in all
+/// ([`MAX_READ_BYTES`]). Every engine pages its reads of many with it, so
+/// the same data gives the same pages everywhere.
+#[derive(Debug, Clone)]
+pub struct Pager {
+    limit: usize,
+    max_bytes: usize,
+    taken: usize,
+    bytes: usize,
+}
+
+impl Pager {
+    /// An empty answer of at most `limit` items and `max_bytes` bytes.
+    pub fn new(limit: usize, max_bytes: usize) -> Pager {
+        Pager {
+            limit,
+            max_bytes,
+            taken: 0,
+            bytes: 0,
+        }
+    }
+
+    /// Whether the next item, of `size` bytes (0 for an entry without a
+    /// value), belongs in this answer; it is counted when it does. Once
+    /// this is false the answer is full: the item and everything after it
+    /// are left for the next answer.
+    pub fn admit(&mut self, size: usize) -> bool {
+        if self.taken == self.limit
+            || (self.taken > 0 && self.bytes.saturating_add(size) > self.max_bytes)
+        {
+            return false;
+        }
+        self.taken += 1;
+        self.bytes = self.bytes.saturating_add(size);
+        true
+    }
+}
+
+/// What a read of many returns in one answer, by a [`Pager`] of `limit`
+/// and `max_bytes`: the first of `items` it admits, and `true` when some
+/// were left for the next answer.
 pub fn page<T>(
     items: impl IntoIterator<Item = T>,
     size: impl Fn(&T) -> usize,
     limit: usize,
     max_bytes: usize,
 ) -> (Vec<T>, bool) {
+    let mut pager = Pager::new(limit, max_bytes);
     let mut out = Vec::new();
-    let mut bytes = 0usize;
     for item in items {
-        let n = size(&item);
-        if out.len() == limit || (!out.is_empty() && bytes.saturating_add(n) > max_bytes) {
+        if !pager.admit(size(&item)) {
             return (out, true);
         }
-        bytes += n;
         out.push(item);
     }
     (out, false)
@@ -136,4 +172,22 @@ pub fn check_batch(what: &str, len: usize) -> AlkResult<()> {
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_page_takes_the_first_item_whatever_its_size_then_stops_at_either_bound() {
+        let mut pager = Pager::new(3, 10);
+        assert!(pager.admit(25), "the first item always fits");
+        assert!(!pager.admit(0), "over the bytes, even an empty entry waits");
+        let mut pager = Pager::new(3, 10);
+        assert!(pager.admit(4) && pager.admit(6) && !pager.admit(1));
+        let mut pager = Pager::new(2, 100);
+        assert!(pager.admit(0) && pager.admit(0) && !pager.admit(0));
+        assert_eq!(page([5, 5, 5], |n| *n, 10, 10), (vec![5, 5], true));
+        assert_eq!(page([5, 5], |n| *n, 10, 10), (vec![5, 5], false));
+    }
 }

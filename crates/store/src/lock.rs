@@ -10,8 +10,8 @@ use crate::engine::Engine;
 use crate::error::{AlkError, AlkResult};
 use crate::limits::MAX_OWNER_BYTES;
 use crate::names::check_name;
-use crate::time::{after, instant_at};
-use crate::wake::{Check, Wakes};
+use crate::time::{Clock, after, instant_at};
+use crate::wake::{Check, Wakes, topics};
 
 /// One acquisition of a lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,10 +61,6 @@ pub trait LockEngine: Send + Sync {
 
     /// Who holds `name` at `now`.
     async fn holder(&self, name: &str, now: i64) -> AlkResult<Option<Holder>>;
-}
-
-fn topic(name: &str) -> String {
-    format!("lock.{name}")
 }
 
 /// Checks a lock owner: non-empty, at most [`MAX_OWNER_BYTES`], no NUL.
@@ -140,7 +136,7 @@ impl Locks {
     pub async fn release(&self, lock: &Acquired, now: i64) -> AlkResult<bool> {
         let released = self.engine.release(lock, now).await?;
         if released {
-            self.wakes.signal(&topic(&lock.name));
+            self.wakes.signal(&topics::lock(&lock.name));
         }
         Ok(released)
     }
@@ -153,16 +149,16 @@ impl Locks {
         name: &str,
         owner: &str,
         ttl_ms: u64,
-        clock: &(dyn Fn() -> i64 + Send + Sync),
+        clock: &dyn Clock,
         deadline: Instant,
     ) -> AlkResult<Option<Acquired>> {
         check_name("lock", name)?;
         check_owner(owner)?;
-        after("ttl-ms", ttl_ms, clock())?;
+        after("ttl-ms", ttl_ms, clock.now_ms())?;
         self.wakes
-            .wait_for(&topic(name), Some(deadline), || {
+            .wait_for(&topics::lock(name), Some(deadline), || {
                 Box::pin(async move {
-                    let now = clock();
+                    let now = clock.now_ms();
                     if let Some(acquired) = self.try_lock(name, owner, ttl_ms, now).await? {
                         return Ok(Check::Ready(acquired));
                     }

@@ -8,11 +8,7 @@ use tokio::time::Instant;
 use crate::engine::Engine;
 use crate::error::AlkResult;
 use crate::names::check_name;
-use crate::wake::{Check, Topic, Wakes};
-
-pub(crate) fn topic(channel: &str) -> String {
-    format!("notify.{channel}")
-}
+use crate::wake::{Check, Topic, Wakes, topics};
 
 /// The channels of an engine.
 #[derive(Debug, Clone)]
@@ -31,7 +27,7 @@ impl Channels {
     /// Wakes every listener of `channel`, in this and every other process.
     pub fn notify(&self, channel: &str) -> AlkResult<()> {
         check_name("channel", channel)?;
-        self.wakes.signal(&topic(channel));
+        self.wakes.signal(&topics::channel(channel));
         Ok(())
     }
 
@@ -41,7 +37,7 @@ impl Channels {
     /// waits only later.
     pub fn listen(&self, channel: &str) -> AlkResult<Listener> {
         check_name("channel", channel)?;
-        let t = self.wakes.watched_topic(&topic(channel));
+        let t = self.wakes.watched_topic(&topics::channel(channel));
         let seen = t.seq();
         Ok(Listener {
             channel: channel.to_string(),
@@ -90,7 +86,7 @@ impl Listener {
     async fn woken(&self, deadline: Option<Instant>) -> Option<u64> {
         let (topic, seen) = (&self.topic, self.seen);
         self.wakes
-            .wait_for(&crate::notify::topic(&self.channel), deadline, || {
+            .wait_for(&topics::channel(&self.channel), deadline, || {
                 let now = topic.seq();
                 Box::pin(async move {
                     Ok(if now > seen {

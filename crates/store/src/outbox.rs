@@ -15,6 +15,7 @@ use crate::error::AlkResult;
 use crate::jobs::{Retried, SendOptions};
 use crate::names::{RESERVED_PREFIX, check_name};
 use crate::queue::{Delivery, Payload, Queue};
+use crate::time::Clock;
 
 /// How long a worker holds an outbox job before it is handed out again,
 /// unless told otherwise (milliseconds).
@@ -32,9 +33,9 @@ pub enum RunOnce {
     /// No job was due.
     Idle,
     /// The worker succeeded; the job (its id) was acknowledged.
-    Done(i64),
+    Done(u64),
     /// The worker failed; what the retry did.
-    Failed(i64, Retried),
+    Failed(u64, Retried),
 }
 
 /// An outbox, as guests and workers use it.
@@ -70,7 +71,7 @@ impl Outbox {
         payload: &Payload,
         options: &SendOptions,
         now: i64,
-    ) -> AlkResult<i64> {
+    ) -> AlkResult<u64> {
         self.queue.send_with(payload, options, now).await
     }
 
@@ -109,14 +110,14 @@ impl Outbox {
     pub async fn run_once<F, Fut>(
         &self,
         visibility_ms: Option<u64>,
-        clock: &(dyn Fn() -> i64 + Send + Sync),
+        clock: &dyn Clock,
         deliver: F,
     ) -> AlkResult<RunOnce>
     where
         F: FnOnce(Delivery) -> Fut,
         Fut: Future<Output = Result<(), String>>,
     {
-        let Some(job) = self.claim_one(visibility_ms, clock()).await? else {
+        let Some(job) = self.claim_one(visibility_ms, clock.now_ms()).await? else {
             return Ok(RunOnce::Idle);
         };
         let (id, receipt) = (job.id, job.receipt.clone());
@@ -127,7 +128,7 @@ impl Outbox {
             }
             Err(error) => Ok(RunOnce::Failed(
                 id,
-                self.failed(&receipt, &error, clock()).await?,
+                self.failed(&receipt, &error, clock.now_ms()).await?,
             )),
         }
     }

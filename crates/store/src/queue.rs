@@ -2,6 +2,7 @@
 //! them (see [`crate::jobs`]): the rules, waiting receives, and the trait an
 //! engine implements.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -14,8 +15,8 @@ use crate::jobs::{
 };
 use crate::limits::{DEFAULT_VISIBILITY_MS, MAX_PAYLOAD_BYTES, MAX_RECEIVE, check_batch};
 use crate::names::check_name;
-use crate::time::{after, instant_at};
-use crate::wake::{Check, Wakes};
+use crate::time::{Clock, after, instant_at};
+use crate::wake::{Check, Wakes, topics};
 
 /// A message body.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,7 +41,7 @@ impl Payload {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Delivery {
     /// The message id: increasing, never reused.
-    pub id: i64,
+    pub id: u64,
     /// The body.
     pub payload: Payload,
     /// Identifies this delivery for ack and nack; opaque to guests.
@@ -53,6 +54,83 @@ pub struct Delivery {
     pub group: Option<String>,
     /// The message's attempt limit, if any.
     pub max_attempts: Option<u32>,
+}
+
+/// What a receipt says: the message, and the claim that delivered it.
+/// Written `<id>:<claim>` (the claim as a hyphenated lower-case UUID); every
+/// engine issues and reads them so, and a receipt that does not parse was
+/// never issued by any of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Receipt {
+    /// The message id.
+    pub id: u64,
+    /// The claim: new at every delivery, so an older receipt of the same
+    /// message is told apart from the current one.
+    pub claim: uuid::Uuid,
+}
+
+impl Receipt {
+    /// Receipts longer than this were never issued.
+    pub const MAX_LEN: usize = 128;
+
+    /// The receipt of delivery `claim` of message `id`.
+    pub fn new(id: u64, claim: uuid::Uuid) -> Receipt {
+        Receipt { id, claim }
+    }
+
+    /// The receipt `text` spells, if an engine could have issued it: an id
+    /// from 1 to `i64::MAX`, a colon, a UUID in any of its spellings.
+    pub fn parse(text: &str) -> Option<Receipt> {
+        if text.len() > Self::MAX_LEN {
+            return None;
+        }
+        let (id, claim) = text.split_once(':')?;
+        let id: i64 = id.parse().ok().filter(|id| *id > 0)?;
+        let claim = uuid::Uuid::parse_str(claim).ok()?;
+        Some(Receipt {
+            id: id as u64,
+            claim,
+        })
+    }
+}
+
+impl std::fmt::Display for Receipt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.id, self.claim.hyphenated())
+    }
+}
+
+/// What an engine found when it acknowledged a batch of receipts in one
+/// transaction; [`AckedBatch::settle`] tells each receipt's outcome from
+/// it, by the same rule on every engine.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AckedBatch {
+    /// The messages deleted, each with the claim it was current under.
+    pub deleted: HashMap<u64, uuid::Uuid>,
+    /// Of the messages not deleted, those still there after the batch
+    /// (an engine may leave it empty when every message was deleted).
+    pub present: HashSet<u64>,
+}
+
+impl AckedBatch {
+    /// What each receipt of a batch found, in order (`None`: it did not
+    /// parse): the current receipt acknowledged its message — the first of
+    /// its copies, if the batch repeats it; any other receipt of a message
+    /// still there is stale; the rest found their message gone.
+    pub fn settle(&self, receipts: &[Option<Receipt>]) -> Vec<Settled> {
+        let mut acked = HashSet::new();
+        receipts
+            .iter()
+            .map(|r| match r {
+                None => Settled::Gone,
+                Some(r) if self.deleted.get(&r.id) == Some(&r.claim) && acked.insert(r.id) => {
+                    Settled::Done
+                }
+                Some(r) if self.present.contains(&r.id) => Settled::Stale,
+                Some(_) => Settled::Gone,
+            })
+            .collect()
+    }
 }
 
 /// The most dead letters one listing returns (each is up to 64 KiB).
@@ -77,7 +155,7 @@ pub enum Settled {
 pub trait QueueEngine: Send + Sync {
     /// Appends every message with `stamp`, all or none; their ids, in
     /// order.
-    async fn send(&self, payloads: &[Payload], stamp: &Stamp, now: i64) -> AlkResult<Vec<i64>>;
+    async fn send(&self, payloads: &[Payload], stamp: &Stamp, now: i64) -> AlkResult<Vec<u64>>;
 
     /// Claims up to `max` due messages for one delivery each, hidden until
     /// `visible_until`; every claimed message's attempt grows by one and it
@@ -95,19 +173,22 @@ pub trait QueueEngine: Send + Sync {
         &self,
         max: u32,
         visible_until: i64,
-        now: i64,
         floor: Option<i32>,
+        now: i64,
     ) -> AlkResult<Vec<Delivery>>;
 
     /// Deletes the message of a current receipt.
-    async fn ack(&self, receipt: &str) -> AlkResult<Settled>;
+    async fn ack(&self, receipt: &Receipt) -> AlkResult<Settled>;
 
-    /// Acknowledges every receipt in one transaction; what each found.
-    async fn ack_batch(&self, receipts: &[String]) -> AlkResult<Vec<Settled>>;
+    /// Acknowledges every current receipt of `receipts` (at least two,
+    /// possibly repeated) in one transaction; what it deleted and which
+    /// other messages are still there ([`AckedBatch::settle`] does the
+    /// rest).
+    async fn ack_batch(&self, receipts: &[Receipt]) -> AlkResult<AckedBatch>;
 
     /// Makes the message of a current receipt due at `now`, keeping its
     /// attempt count and its place.
-    async fn nack(&self, receipt: &str, now: i64) -> AlkResult<Settled>;
+    async fn nack(&self, receipt: &Receipt, now: i64) -> AlkResult<Settled>;
 
     /// When the next message is due, if there is any message.
     async fn next_visible(&self) -> AlkResult<Option<i64>>;
@@ -117,7 +198,7 @@ pub trait QueueEngine: Send + Sync {
 
     /// Moves the deadline of a current receipt's delivery to `deadline`,
     /// unless it has passed by `now`.
-    async fn heartbeat(&self, receipt: &str, deadline: i64, now: i64) -> AlkResult<Beat>;
+    async fn heartbeat(&self, receipt: &Receipt, deadline: i64, now: i64) -> AlkResult<Beat>;
 
     /// Ends a current receipt's delivery as failed with `error`: the
     /// message is due again after `delay` and becomes the ready message of
@@ -125,7 +206,7 @@ pub trait QueueEngine: Send + Sync {
     /// up. Its receipt is no longer current.
     async fn retry(
         &self,
-        receipt: &str,
+        receipt: &Receipt,
         error: &str,
         delay: RetryDelay,
         now: i64,
@@ -133,28 +214,29 @@ pub trait QueueEngine: Send + Sync {
 
     /// Moves the message of a current receipt to the dead letters with
     /// `error`.
-    async fn fail(&self, receipt: &str, error: &str, now: i64) -> AlkResult<Settled>;
+    async fn fail(&self, receipt: &Receipt, error: &str, now: i64) -> AlkResult<Settled>;
 
-    /// Deletes message `id`, whatever its state, dead letters included;
-    /// whether there was one.
-    async fn cancel(&self, id: i64) -> AlkResult<bool>;
+    /// Deletes message `id` (at most `i64::MAX`), whatever its state, dead
+    /// letters included; whether there was one.
+    async fn cancel(&self, id: u64) -> AlkResult<bool>;
 
-    /// Message `id`, dead or not.
-    async fn job(&self, id: i64, now: i64) -> AlkResult<Option<JobInfo>>;
+    /// Message `id` (at most `i64::MAX`), dead or not.
+    async fn job(&self, id: u64, now: i64) -> AlkResult<Option<JobInfo>>;
 
     /// Moves every message whose expiry is at or before `now`, in any
     /// state, to the dead letters; how many.
     async fn sweep_expired(&self, now: i64) -> AlkResult<u64>;
 
-    /// Up to `max` dead letters with ids above `after`, by id.
-    async fn dead_letters(&self, after: i64, max: u32, now: i64) -> AlkResult<Vec<JobInfo>>;
+    /// Up to `max` dead letters with ids above `after` (at most
+    /// `i64::MAX`), by id.
+    async fn dead_letters(&self, after: u64, max: u32, now: i64) -> AlkResult<Vec<JobInfo>>;
 
     /// Sends each dead letter of `ids` again as a new message — a new id,
     /// due and ready at `now`, attempts reset, no expiry, its other options
     /// and last error kept — and deletes the dead letter; for each id, the
     /// new message's id, or `None` when it was not a dead letter. New ids
-    /// follow the order of `ids`.
-    async fn redrive(&self, ids: &[i64], now: i64) -> AlkResult<Vec<Option<i64>>>;
+    /// follow the order of `ids` (each at most `i64::MAX`).
+    async fn redrive(&self, ids: &[u64], now: i64) -> AlkResult<Vec<Option<u64>>>;
 
     /// Deletes every dead letter; how many.
     async fn purge_dead(&self) -> AlkResult<u64>;
@@ -178,11 +260,6 @@ pub fn check_payload(payload: &Payload) -> AlkResult<()> {
         )));
     }
     Ok(())
-}
-
-/// The wake topic of queue `name`.
-pub(crate) fn queue_topic(name: &str) -> String {
-    format!("queue.{name}")
 }
 
 /// A queue, as guests use it.
@@ -214,7 +291,7 @@ impl Queue {
             name: name.to_string(),
             engine: engine.queue(name).await?,
             wakes: engine.wakes()?,
-            topic: queue_topic(name),
+            topic: topics::queue(name),
         })
     }
 
@@ -224,7 +301,7 @@ impl Queue {
     }
 
     /// Appends a message at `now`; its id.
-    pub async fn send(&self, payload: &Payload, now: i64) -> AlkResult<i64> {
+    pub async fn send(&self, payload: &Payload, now: i64) -> AlkResult<u64> {
         self.send_with(payload, &SendOptions::default(), now).await
     }
 
@@ -234,7 +311,7 @@ impl Queue {
         payload: &Payload,
         options: &SendOptions,
         now: i64,
-    ) -> AlkResult<i64> {
+    ) -> AlkResult<u64> {
         let stamp = Stamp::resolve(options, now)?;
         check_payload(payload)?;
         let ids = self
@@ -249,7 +326,7 @@ impl Queue {
 
     /// Appends every payload at `now`, all or none (every payload is
     /// checked first); their ids.
-    pub async fn send_batch(&self, payloads: &[Payload], now: i64) -> AlkResult<Vec<i64>> {
+    pub async fn send_batch(&self, payloads: &[Payload], now: i64) -> AlkResult<Vec<u64>> {
         self.send_batch_with(payloads, &SendOptions::default(), now)
             .await
     }
@@ -260,7 +337,7 @@ impl Queue {
         payloads: &[Payload],
         options: &SendOptions,
         now: i64,
-    ) -> AlkResult<Vec<i64>> {
+    ) -> AlkResult<Vec<u64>> {
         check_batch("payloads", payloads.len())?;
         let stamp = Stamp::resolve(options, now)?;
         payloads.iter().try_for_each(check_payload)?;
@@ -298,7 +375,7 @@ impl Queue {
             now,
         )?;
         self.engine
-            .claim(max.clamp(1, MAX_RECEIVE), visible_until, now, floor)
+            .claim(max.clamp(1, MAX_RECEIVE), visible_until, floor, now)
             .await
     }
 
@@ -309,7 +386,7 @@ impl Queue {
         &self,
         max: u32,
         visibility_ms: Option<u64>,
-        clock: &(dyn Fn() -> i64 + Send + Sync),
+        clock: &dyn Clock,
         deadline: Instant,
     ) -> AlkResult<Vec<Delivery>> {
         self.claim_wait(max, visibility_ms, None, clock, deadline)
@@ -322,20 +399,20 @@ impl Queue {
         max: u32,
         visibility_ms: Option<u64>,
         floor: Option<i32>,
-        clock: &(dyn Fn() -> i64 + Send + Sync),
+        clock: &dyn Clock,
         deadline: Instant,
     ) -> AlkResult<Vec<Delivery>> {
         // Refuse bad arguments now, not at the first message.
         after(
             "visibility-ms",
             visibility_ms.unwrap_or(DEFAULT_VISIBILITY_MS),
-            clock(),
+            clock.now_ms(),
         )?;
         let got = self
             .wakes
             .wait_for(&self.topic, Some(deadline), || {
                 Box::pin(async move {
-                    let now = clock();
+                    let now = clock.now_ms();
                     match self.engine.next_visible().await? {
                         Some(at) if at <= now => {}
                         Some(at) => return Ok(Check::NotYet(Some(instant_at(at, now)))),
@@ -358,14 +435,14 @@ impl Queue {
     /// when one is. A hint: another receiver may take it first.
     pub async fn wait_due(
         &self,
-        clock: &(dyn Fn() -> i64 + Send + Sync),
+        clock: &dyn Clock,
         deadline: Option<Instant>,
     ) -> AlkResult<bool> {
         let found = self
             .wakes
             .wait_for(&self.topic, deadline, || {
                 Box::pin(async move {
-                    let now = clock();
+                    let now = clock.now_ms();
                     Ok(match self.engine.next_visible().await? {
                         Some(at) if at <= now => Check::Ready(()),
                         Some(at) => Check::NotYet(Some(instant_at(at, now))),
@@ -386,7 +463,10 @@ impl Queue {
     /// Deletes the message of a current receipt; gone messages and strings
     /// that are not receipts succeed and do nothing.
     pub async fn ack(&self, receipt: &str) -> AlkResult<()> {
-        match self.engine.ack(receipt).await? {
+        let Some(parsed) = Receipt::parse(receipt) else {
+            return Ok(());
+        };
+        match self.engine.ack(&parsed).await? {
             Settled::Done | Settled::Gone => Ok(()),
             Settled::Stale => Err(Self::stale(receipt)),
         }
@@ -396,12 +476,21 @@ impl Queue {
     /// transaction; what each found (stale ones do not stop the others).
     pub async fn ack_batch(&self, receipts: &[String]) -> AlkResult<Vec<Settled>> {
         check_batch("receipts", receipts.len())?;
-        self.engine.ack_batch(receipts).await
+        let parsed: Vec<Option<Receipt>> = receipts.iter().map(|r| Receipt::parse(r)).collect();
+        let valid: Vec<Receipt> = parsed.iter().flatten().copied().collect();
+        match valid.as_slice() {
+            [] => Ok(vec![Settled::Gone; receipts.len()]),
+            [one] if receipts.len() == 1 => Ok(vec![self.engine.ack(one).await?]),
+            _ => Ok(self.engine.ack_batch(&valid).await?.settle(&parsed)),
+        }
     }
 
     /// Makes the message of a current receipt due at `now`.
     pub async fn nack(&self, receipt: &str, now: i64) -> AlkResult<()> {
-        let settled = self.engine.nack(receipt, now).await?;
+        let Some(parsed) = Receipt::parse(receipt) else {
+            return Ok(());
+        };
+        let settled = self.engine.nack(&parsed, now).await?;
         if settled == Settled::Done {
             self.wakes.signal(&self.topic);
         }
@@ -423,7 +512,10 @@ impl Queue {
     /// under since is a `stale-receipt` error.
     pub async fn heartbeat(&self, receipt: &str, extend_ms: u64, now: i64) -> AlkResult<bool> {
         let deadline = after("extend-ms", extend_ms, now)?;
-        match self.engine.heartbeat(receipt, deadline, now).await? {
+        let Some(parsed) = Receipt::parse(receipt) else {
+            return Ok(false);
+        };
+        match self.engine.heartbeat(&parsed, deadline, now).await? {
             Beat::Extended => Ok(true),
             Beat::Lapsed | Beat::Gone => Ok(false),
             Beat::Stale => Err(Self::stale(receipt)),
@@ -462,9 +554,12 @@ impl Queue {
                 after("delay-ms", ms, now)?;
             }
         }
+        let Some(parsed) = Receipt::parse(receipt) else {
+            return Ok(Retried::Gone);
+        };
         let outcome = self
             .engine
-            .retry(receipt, &error_text(error), delay, now)
+            .retry(&parsed, &error_text(error), delay, now)
             .await?;
         match outcome {
             Retried::Stale => Err(Self::stale(receipt)),
@@ -479,7 +574,10 @@ impl Queue {
     /// Moves the message of a current receipt to the dead letters at once;
     /// false when it was already gone.
     pub async fn fail(&self, receipt: &str, error: &str, now: i64) -> AlkResult<bool> {
-        match self.engine.fail(receipt, &error_text(error), now).await? {
+        let Some(parsed) = Receipt::parse(receipt) else {
+            return Ok(false);
+        };
+        match self.engine.fail(&parsed, &error_text(error), now).await? {
             Settled::Done => {
                 // The next message of its group may be claimable now.
                 self.wakes.signal(&self.topic);
@@ -493,9 +591,9 @@ impl Queue {
     /// Deletes message `id` wherever it is (waiting, delayed, in flight or
     /// dead); whether there was one.
     pub async fn cancel(&self, id: u64) -> AlkResult<bool> {
-        let Ok(id) = i64::try_from(id) else {
+        if !is_id(id) {
             return Ok(false);
-        };
+        }
         let cancelled = self.engine.cancel(id).await?;
         if cancelled {
             self.wakes.signal(&self.topic);
@@ -505,9 +603,9 @@ impl Queue {
 
     /// Message `id` as it is now, dead letters included.
     pub async fn job(&self, id: u64, now: i64) -> AlkResult<Option<JobInfo>> {
-        let Ok(id) = i64::try_from(id) else {
+        if !is_id(id) {
             return Ok(None);
-        };
+        }
         self.engine.job(id, now).await
     }
 
@@ -529,7 +627,7 @@ impl Queue {
         max: u32,
         now: i64,
     ) -> AlkResult<Vec<JobInfo>> {
-        let after = i64::try_from(after.unwrap_or(0)).unwrap_or(i64::MAX);
+        let after = after.unwrap_or(0).min(i64::MAX as u64);
         self.engine
             .dead_letters(after, max.clamp(1, MAX_DEAD_PAGE), now)
             .await
@@ -540,18 +638,11 @@ impl Queue {
     /// message's id, or `None` when it was not a dead letter.
     pub async fn redrive(&self, ids: &[u64], now: i64) -> AlkResult<Vec<Option<u64>>> {
         check_batch("ids", ids.len())?;
-        let known: Vec<i64> = ids
-            .iter()
-            .filter_map(|id| i64::try_from(*id).ok())
-            .collect();
-        let found = self.engine.redrive(&known, now).await?;
-        let mut found = found.into_iter();
+        let known: Vec<u64> = ids.iter().copied().filter(|id| is_id(*id)).collect();
+        let mut found = self.engine.redrive(&known, now).await?.into_iter();
         let out: Vec<Option<u64>> = ids
             .iter()
-            .map(|id| match i64::try_from(*id) {
-                Ok(_) => found.next().flatten().map(|n| n as u64),
-                Err(_) => None,
-            })
+            .map(|id| if is_id(*id) { found.next().flatten() } else { None })
             .collect();
         if out.iter().any(Option::is_some) {
             self.wakes.signal(&self.topic);
@@ -562,5 +653,77 @@ impl Queue {
     /// Deletes every dead letter; how many.
     pub async fn purge_dead(&self) -> AlkResult<u64> {
         self.engine.purge_dead().await
+    }
+}
+
+/// Whether `id` could be a message id (engines store them as signed 64-bit
+/// integers): larger ones name no message.
+fn is_id(id: u64) -> bool {
+    i64::try_from(id).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn receipts_parse_only_when_an_engine_could_have_issued_them() {
+        let uuid = "67e55044-10b1-426f-9247-bb680e5fe0c8";
+        let parsed = Receipt::parse(&format!("12:{uuid}")).unwrap();
+        assert_eq!(parsed.id, 12);
+        assert_eq!(parsed.to_string(), format!("12:{uuid}"));
+        // Any spelling of the UUID names the same claim.
+        assert_eq!(
+            Receipt::parse(&format!("12:{}", uuid.to_uppercase())),
+            Some(parsed)
+        );
+        assert_eq!(
+            Receipt::parse(&format!("12:{}", uuid.replace('-', ""))),
+            Some(parsed)
+        );
+        for bad in [
+            "".to_string(),
+            "12".into(),
+            ":".into(),
+            "12:".into(),
+            format!(":{uuid}"),
+            format!("0:{uuid}"),
+            format!("-1:{uuid}"),
+            format!("{}:{uuid}", u64::MAX),
+            "12:not-a-uuid".into(),
+            format!("x:{uuid}"),
+            format!("12:{}", &uuid[1..]),
+            format!("12:{uuid}{}", "0".repeat(200)),
+        ] {
+            assert_eq!(Receipt::parse(&bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_batch_settles_the_first_current_copy_and_tells_stale_from_gone() {
+        let (a, b) = (uuid::Uuid::from_u128(1), uuid::Uuid::from_u128(2));
+        let batch = AckedBatch {
+            deleted: [(1, a)].into(),
+            present: [2].into(),
+        };
+        let receipts = [
+            Some(Receipt::new(1, a)),
+            Some(Receipt::new(1, a)),
+            Some(Receipt::new(1, b)),
+            Some(Receipt::new(2, a)),
+            Some(Receipt::new(3, a)),
+            None,
+        ];
+        assert_eq!(
+            batch.settle(&receipts),
+            [
+                Settled::Done,
+                Settled::Gone,
+                Settled::Gone,
+                Settled::Stale,
+                Settled::Gone,
+                Settled::Gone
+            ]
+        );
     }
 }

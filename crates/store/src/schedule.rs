@@ -22,9 +22,9 @@ use crate::error::{AlkError, AlkResult};
 use crate::jobs::{SendOptions, Stamp, random_word};
 use crate::lock::{Acquired, LockEngine};
 use crate::names::check_name;
-use crate::queue::{Payload, check_payload, queue_topic};
+use crate::queue::{Payload, check_payload};
 use crate::time::Clock;
-use crate::wake::Wakes;
+use crate::wake::{Wakes, topics};
 
 /// The lock whose holder fires the schedules.
 pub const SCHEDULER_LOCK: &str = "__alkstore_scheduler";
@@ -213,9 +213,6 @@ impl std::fmt::Debug for Schedules {
     }
 }
 
-/// The wake topic runners watch for changed schedules.
-const TOPIC: &str = "schedule";
-
 impl Schedules {
     /// The schedules of `engine`.
     pub async fn open(engine: &dyn Engine) -> AlkResult<Schedules> {
@@ -257,7 +254,7 @@ impl Schedules {
                 next_due,
             })
             .await?;
-        self.wakes.signal(TOPIC);
+        self.wakes.signal(topics::SCHEDULES);
         Ok(())
     }
 
@@ -265,7 +262,7 @@ impl Schedules {
     pub async fn unschedule(&self, name: &str) -> AlkResult<bool> {
         check_name("schedule", name)?;
         let removed = self.engine.remove(name).await?;
-        self.wakes.signal(TOPIC);
+        self.wakes.signal(topics::SCHEDULES);
         Ok(removed)
     }
 
@@ -334,7 +331,7 @@ impl Schedules {
             {
                 Ok(true) if !stamps.is_empty() => {
                     sent += stamps.len() as u64;
-                    self.wakes.signal(&queue_topic(&row.queue));
+                    self.wakes.signal(&topics::queue(&row.queue));
                     if let Some(hook) = events {
                         hook(&RunnerEvent::Fired {
                             schedule: row.name.clone(),
@@ -374,7 +371,7 @@ impl Schedules {
         let ttl = options.leader_ttl_ms.clamp(3, MAX_LEADER_TTL_MS) as i64;
         let mut report = RunReport::default();
         let mut held: Option<Lease> = None;
-        let topic = self.wakes.watched_topic(TOPIC);
+        let topic = self.wakes.watched_topic(topics::SCHEDULES);
         tokio::pin!(stop);
         let result = loop {
             let now = clock.now_ms();

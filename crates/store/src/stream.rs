@@ -1,6 +1,5 @@
-//! Durable streams with consumer offsets and transactions: the rules,
-//! waiting reads, the transaction state machine, and the traits an engine
-//! implements.
+//! Durable streams with consumer offsets: the rules, waiting reads, and
+//! the trait an engine implements (transactions are [`crate::tx`]).
 
 use std::sync::Arc;
 
@@ -11,9 +10,7 @@ use crate::engine::Engine;
 use crate::error::{AlkError, AlkResult};
 use crate::limits::{MAX_READ, MAX_READ_BYTES, StreamLimits, check_batch};
 use crate::names::{check_identifier, check_key, check_name, check_size};
-use crate::wake::{Check, Wakes};
-
-pub use crate::tx::{Tx, TxEngine, TxFailure};
+use crate::wake::{Check, Wakes, topics};
 
 /// One stored event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,15 +67,6 @@ pub trait StreamEngine: Send + Sync {
 
     /// Deletes the events at or below `horizon`; how many.
     async fn trim_to(&self, stream: &str, horizon: u64) -> AlkResult<u64>;
-
-    /// Begins a transaction (it may take the store's write lock for its
-    /// whole life). The store of the streams is where transactions live:
-    /// see [`TxEngine`].
-    async fn begin(&self) -> AlkResult<Box<dyn TxEngine>>;
-}
-
-pub(crate) fn topic(stream: &str) -> String {
-    format!("stream.{stream}")
 }
 
 pub(crate) fn check_save(stream: &str, consumer: &str) -> AlkResult<()> {
@@ -115,17 +103,8 @@ impl Streams {
         self.limits
     }
 
-    pub(crate) fn check_publish(
-        &self,
-        stream: &str,
-        key: Option<&str>,
-        payload: &[u8],
-    ) -> AlkResult<()> {
-        check_name("stream", stream)?;
-        if let Some(key) = key {
-            check_key("event key", key, self.limits.max_key_bytes)?;
-        }
-        check_size("payload", payload.len(), self.limits.max_payload_bytes)
+    fn check_publish(&self, stream: &str, key: Option<&str>, payload: &[u8]) -> AlkResult<()> {
+        check_publish(&self.limits, stream, key, payload)
     }
 
     /// Appends an event; its offset.
@@ -138,7 +117,7 @@ impl Streams {
     ) -> AlkResult<u64> {
         self.check_publish(stream, key, payload)?;
         let offset = self.engine.publish(stream, key, payload, now).await?;
-        self.wakes.signal(&topic(stream));
+        self.wakes.signal(&topics::stream(stream));
         Ok(offset)
     }
 
@@ -157,7 +136,7 @@ impl Streams {
         }
         let offsets = self.engine.publish_batch(stream, events, now).await?;
         if !offsets.is_empty() {
-            self.wakes.signal(&topic(stream));
+            self.wakes.signal(&topics::stream(stream));
         }
         Ok(offsets)
     }
@@ -190,7 +169,7 @@ impl Streams {
     ) -> AlkResult<Option<Vec<Event>>> {
         check_name("stream", stream)?;
         self.wakes
-            .wait_for(&topic(stream), deadline, || {
+            .wait_for(&topics::stream(stream), deadline, || {
                 Box::pin(async move {
                     let events = self.read_since(stream, offset, limit.max(1)).await?;
                     Ok(match (events.is_empty(), limit) {
@@ -224,19 +203,20 @@ impl Streams {
         self.engine.trim_to(stream, horizon).await
     }
 
-    /// A transaction on these streams (and the queues, outboxes and
-    /// channels, see [`Tx`]); it begins at its first operation.
-    pub fn transaction(&self) -> Tx {
-        Tx::new(self.clone())
-    }
+}
 
-    pub(crate) fn engine(&self) -> &Arc<dyn StreamEngine> {
-        &self.engine
+/// Checks an event to publish against `limits`.
+pub(crate) fn check_publish(
+    limits: &StreamLimits,
+    stream: &str,
+    key: Option<&str>,
+    payload: &[u8],
+) -> AlkResult<()> {
+    check_name("stream", stream)?;
+    if let Some(key) = key {
+        check_key("event key", key, limits.max_key_bytes)?;
     }
-
-    pub(crate) fn wakes(&self) -> &Wakes {
-        &self.wakes
-    }
+    check_size("payload", payload.len(), limits.max_payload_bytes)
 }
 
 pub(crate) fn check_offset(what: &str, v: u64) -> AlkResult<()> {

@@ -13,12 +13,14 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
+use crate::engine::Engine;
 use crate::error::{AlkError, AlkResult};
 use crate::jobs::{SendOptions, Stamp};
-use crate::limits::check_batch;
+use crate::limits::{StreamLimits, check_batch};
 use crate::names::check_name;
-use crate::queue::{Payload, check_payload, queue_topic};
-use crate::stream::{Streams, check_offset, check_save, topic as stream_topic};
+use crate::queue::{Payload, check_payload};
+use crate::stream::{check_offset, check_publish, check_save};
+use crate::wake::{Wakes, topics};
 
 /// Why an operation inside a transaction failed.
 #[derive(Debug)]
@@ -26,13 +28,15 @@ pub enum TxFailure {
     /// The request was refused before anything was written: the
     /// transaction goes on.
     Refused(AlkError),
-    /// The engine failed; the transaction was rolled back. Why.
-    Failed(String),
+    /// The engine failed and the transaction was rolled back; the error
+    /// that says why (`busy` when retrying the transaction may succeed,
+    /// `internal` otherwise).
+    Failed(AlkError),
 }
 
-/// An engine's open transaction. It begins on the store of the streams;
-/// sends to queues made in it must become claimable exactly when it
-/// commits and never if it rolls back.
+/// An engine's open transaction, begun by [`Engine::begin`]. Sends to
+/// queues made in it must become claimable exactly when it commits and
+/// never if it rolls back.
 #[async_trait]
 pub trait TxEngine: Send {
     /// Appends an event inside the transaction; its offset.
@@ -102,13 +106,15 @@ struct AfterCommit {
 /// notifications made in it take effect together at [`Tx::commit`], or not
 /// at all.
 ///
-/// It may hold the write lock of the streams' store from its first
-/// operation until commit or rollback, which blocks every other writer of
-/// that store (in every process), so the host rolls it back once it has
-/// been open for [`crate::StreamLimits::max_transaction`]. Dropping it
-/// without committing rolls it back.
+/// It may hold a write lock of the engine from its first operation until
+/// commit or rollback, which blocks every other writer of that store (in
+/// every process), so the host rolls it back once it has been open for
+/// [`crate::StreamLimits::max_transaction`]. Dropping it without committing
+/// rolls it back.
 pub struct Tx {
-    streams: Streams,
+    engine: Arc<dyn Engine>,
+    limits: StreamLimits,
+    wakes: Wakes,
     state: Arc<tokio::sync::Mutex<TxState>>,
     after: std::sync::Mutex<AfterCommit>,
 }
@@ -141,12 +147,18 @@ enum TxOp<'a> {
 }
 
 impl Tx {
-    pub(crate) fn new(streams: Streams) -> Tx {
-        Tx {
-            streams,
+    /// A transaction of `engine`, checked against `limits` (event sizes,
+    /// the longest it may stay open). Nothing is begun in the engine until
+    /// its first operation.
+    pub fn new(engine: Arc<dyn Engine>, limits: StreamLimits) -> AlkResult<Tx> {
+        let wakes = engine.wakes()?;
+        Ok(Tx {
+            engine,
+            limits,
+            wakes,
             state: Arc::new(tokio::sync::Mutex::new(TxState::NotStarted)),
             after: Default::default(),
-        }
+        })
     }
 
     fn after(&self) -> std::sync::MutexGuard<'_, AfterCommit> {
@@ -162,7 +174,7 @@ impl Tx {
             return Err(e);
         }
         if matches!(*state, TxState::NotStarted) {
-            let tx = self.streams.engine().begin().await?;
+            let tx = self.engine.begin().await?;
             *state = TxState::Open(tx, self.arm_watchdog());
         }
         let TxState::Open(tx, _) = &mut *state else {
@@ -219,7 +231,7 @@ impl Tx {
     /// is aborted when the transaction ends first.
     fn arm_watchdog(&self) -> tokio::task::AbortHandle {
         let state = Arc::downgrade(&self.state);
-        let limit = self.streams.limits().max_transaction;
+        let limit = self.limits.max_transaction;
         tokio::spawn(async move {
             tokio::time::sleep(limit).await;
             let Some(state) = state.upgrade() else { return };
@@ -245,7 +257,7 @@ impl Tx {
         payload: &[u8],
         now: i64,
     ) -> AlkResult<u64> {
-        self.streams.check_publish(stream, key, payload)?;
+        check_publish(&self.limits, stream, key, payload)?;
         let offset = self
             .apply(TxOp::Publish {
                 stream,
@@ -254,7 +266,7 @@ impl Tx {
                 now,
             })
             .await?;
-        self.after().topics.insert(stream_topic(stream));
+        self.after().topics.insert(topics::stream(stream));
         Ok(offset)
     }
 
@@ -317,7 +329,7 @@ impl Tx {
             now,
         })
         .await?;
-        self.after().topics.insert(queue_topic(queue));
+        self.after().topics.insert(topics::queue(queue));
         Ok(())
     }
 
@@ -362,12 +374,11 @@ impl Tx {
         };
         let after = std::mem::take(&mut *self.after());
         if committed.is_ok() {
-            let wakes = self.streams.wakes();
             for topic in after.topics {
-                wakes.signal(&topic);
+                self.wakes.signal(&topic);
             }
             for channel in after.channels {
-                wakes.signal(&crate::notify::topic(&channel));
+                self.wakes.signal(&topics::channel(&channel));
             }
         }
         committed

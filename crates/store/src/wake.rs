@@ -1,8 +1,9 @@
 //! Wakes: waiting for another guest's (or another process's) commit without
 //! polling the store.
 //!
-//! Every change a waiter may care about **signals a topic** (`queue.<name>`,
-//! `stream.<name>`, `lock.<name>`, `notify.<channel>`) after it commits. In
+//! Every change a waiter may care about **signals a topic** ([`topics`]:
+//! `queue.<name>`, `stream.<name>`, `lock.<name>`, `notify.<channel>`,
+//! `schedule`) after it commits. In
 //! this process the topic's [`Notify`] wakes waiting tasks directly; a
 //! [`WakeTransport`], provided by the engine, carries the signal to other
 //! processes and delivers theirs here (files and inotify for the file
@@ -35,6 +36,34 @@ pub const FALLBACK: Duration = Duration::from_millis(250);
 /// Topics known to a process are pruned of those nobody waits on or
 /// listens to once there are more than this many.
 pub const PRUNE_TOPICS_OVER: usize = 1024;
+
+/// The name of every wake topic, in one place: the core signals them, and
+/// an engine that signals one itself (a commit it makes on its own, such as
+/// a relayed send) names it from here.
+pub mod topics {
+    /// The topic of queue `name`: sends, nacks, retries, redrives.
+    pub fn queue(name: &str) -> String {
+        format!("queue.{name}")
+    }
+
+    /// The topic of stream `name`: publishes.
+    pub fn stream(name: &str) -> String {
+        format!("stream.{name}")
+    }
+
+    /// The topic of lock `name`: releases.
+    pub fn lock(name: &str) -> String {
+        format!("lock.{name}")
+    }
+
+    /// The topic of notification channel `name`.
+    pub fn channel(name: &str) -> String {
+        format!("notify.{name}")
+    }
+
+    /// The topic schedule runners watch: a schedule was set or deleted.
+    pub const SCHEDULES: &str = "schedule";
+}
 
 /// Carries signals between processes that share an engine's stores.
 pub trait WakeTransport: Send + Sync + 'static {

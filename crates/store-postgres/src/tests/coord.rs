@@ -22,8 +22,8 @@ async fn count(db: &tokio_postgres::Client, schema: &str, from: &str) -> i64 {
 
 /// Waits until the stream transactions before it have ended (a dropped one
 /// is rolled back on the runtime): transactions run one at a time.
-async fn settle(s: &Streams) {
-    let probe = s.transaction();
+async fn settle(e: &PostgresEngine) {
+    let probe = tx_of(e);
     probe.publish("probe", None, b"p", 0).await.unwrap();
     probe.rollback().await;
 }
@@ -36,14 +36,13 @@ async fn a_rolled_back_enqueue_leaves_no_message_group_or_counter_row() {
     let schema = fresh_schema();
     let e = engine(&schema).await;
     let db = raw().await;
-    let s = Streams::open(&e, StreamLimits::default()).await.unwrap();
     let grouped = SendOptions {
         group: Some("g".into()),
         priority: Some(2),
         ..SendOptions::default()
     };
     for ending in ["rollback", "drop"] {
-        let tx = s.transaction();
+        let tx = tx_of(&e);
         tx.publish("ev", None, b"x", 0).await.unwrap();
         tx.enqueue("rbq", &[text("a"), text("b")], &grouped, 0)
             .await
@@ -57,12 +56,12 @@ async fn a_rolled_back_enqueue_leaves_no_message_group_or_counter_row() {
             "rollback" => tx.rollback().await,
             _ => drop(tx),
         }
-        settle(&s).await;
+        settle(&e).await;
         for table in ["messages", "groups", "queues", "events", "streams"] {
             assert_eq!(count(&db, &schema, table).await, 0, "{ending}: {table}");
         }
     }
-    let tx = s.transaction();
+    let tx = tx_of(&e);
     tx.enqueue("rbq", &[text("a"), text("b")], &grouped, 0)
         .await
         .unwrap();
@@ -109,9 +108,8 @@ async fn a_failed_send_inside_a_transaction_aborts_it_and_rolls_back_everything(
     ))
     .await
     .unwrap();
-    let s = Streams::open(&e, StreamLimits::default()).await.unwrap();
     let plain = SendOptions::default();
-    let tx = s.transaction();
+    let tx = tx_of(&e);
     tx.publish("ev", None, b"x", 0).await.unwrap();
     tx.enqueue("q", &[text("fine")], &plain, 0).await.unwrap();
     match tx.enqueue("q", &[text("boom")], &plain, 0).await {
@@ -127,7 +125,7 @@ async fn a_failed_send_inside_a_transaction_aborts_it_and_rolls_back_everything(
     }
     let q = Queue::open(&e, "q").await.unwrap();
     assert_eq!(q.send(&text("fine"), 0).await.unwrap(), 1);
-    let tx = s.transaction();
+    let tx = tx_of(&e);
     tx.enqueue("q", &[text("also fine")], &plain, 0)
         .await
         .unwrap();
@@ -145,7 +143,6 @@ async fn a_failed_send_inside_a_transaction_aborts_it_and_rolls_back_everything(
 async fn a_committed_enqueue_is_claimable_from_another_engine() {
     let schema = fresh_schema();
     let (a, b) = tokio::join!(engine(&schema), engine(&schema));
-    let sa = Streams::open(&a, StreamLimits::default()).await.unwrap();
     let qb = Queue::open(&b, "jobs").await.unwrap();
     let options = SendOptions {
         priority: Some(5),
@@ -153,7 +150,7 @@ async fn a_committed_enqueue_is_claimable_from_another_engine() {
         max_attempts: Some(3),
         ..SendOptions::default()
     };
-    let tx = sa.transaction();
+    let tx = tx_of(&a);
     tx.enqueue("jobs", &[text("one"), text("two")], &options, 1_000)
         .await
         .unwrap();

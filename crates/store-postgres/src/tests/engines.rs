@@ -57,7 +57,7 @@ async fn set_if_absent_and_claims_have_exactly_one_winner_across_connections() {
     all.sort_unstable();
     assert_eq!(
         all,
-        (1..=400).collect::<Vec<i64>>(),
+        (1..=400).collect::<Vec<u64>>(),
         "a message was claimed twice or never"
     );
 }

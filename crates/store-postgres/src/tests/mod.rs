@@ -17,6 +17,7 @@ use alk_store::lock::Locks;
 use alk_store::notify::Channels;
 use alk_store::queue::{Payload, Queue};
 use alk_store::stream::Streams;
+use alk_store::tx::Tx;
 use alk_store::{AlkError, Engine};
 
 use crate::{PostgresEngine, PostgresOptions};
@@ -28,6 +29,11 @@ mod queue;
 mod schema;
 mod stream;
 mod timeout;
+
+/// A transaction of `e`, as the host begins one.
+fn tx_of(e: &PostgresEngine) -> Tx {
+    Tx::new(Arc::new(e.clone()), StreamLimits::default()).unwrap()
+}
 
 /// A schema no other test uses.
 fn fresh_schema() -> String {

@@ -76,7 +76,7 @@ async fn racing_claimers_keep_groups_one_in_flight_and_deliver_once() {
     all.sort_unstable();
     assert_eq!(
         all,
-        (1..=total as i64).collect::<Vec<i64>>(),
+        (1..=total as u64).collect::<Vec<u64>>(),
         "a message was claimed twice or never"
     );
 }

@@ -15,7 +15,7 @@ async fn interleaved_publishers_never_let_a_reader_skip_an_offset() {
         Streams::open(&b, StreamLimits::default()).await.unwrap(),
     );
     sa.publish("s", None, b"0", 0).await.unwrap();
-    let first = sa.transaction();
+    let first = tx_of(&a);
     assert_eq!(first.publish("s", None, b"1", 0).await.unwrap(), 2);
     // The second publisher commits on its own while the first is open.
     let second = tokio::spawn(async move { sb.publish("s", None, b"2", 0).await });
@@ -54,9 +54,8 @@ async fn a_following_reader_sees_every_offset_of_racing_publishers() {
     for p in 0..publishers {
         let e = engine(&schema).await;
         tasks.push(tokio::spawn(async move {
-            let s = Streams::open(&e, StreamLimits::default()).await.unwrap();
             for i in 0..per {
-                let tx = s.transaction();
+                let tx = tx_of(&e);
                 tx.publish("race", None, format!("{p}/{i}").as_bytes(), 0)
                     .await
                     .unwrap();

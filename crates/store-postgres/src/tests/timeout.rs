@@ -28,11 +28,11 @@ async fn statement_timeout(db: &tokio_postgres::Client, set: Option<&str>) {
 /// One round of work that opens transactions on every path that has one
 /// (a purge, a sweep, a stream transaction), besides plain statements;
 /// the first error.
-async fn work(q: &Queue, s: &Streams, n: u64) -> Result<(), AlkError> {
+async fn work(q: &Queue, e: &PostgresEngine, n: u64) -> Result<(), AlkError> {
     q.send(&Payload::Text(format!("m{n}")), 0).await?;
     q.purge().await?;
     q.sweep_expired(0).await?;
-    let tx = s.transaction();
+    let tx = tx_of(e);
     tx.publish("s", None, b"e", 0).await?;
     tx.commit().await?;
     Ok(())
@@ -52,7 +52,6 @@ async fn statements_cancelled_by_the_server_leave_no_aborted_transaction_in_the_
         .pool_size(2);
     let e = PostgresEngine::connect(options).await.unwrap();
     let q = Queue::open(&e, "q").await.unwrap();
-    let s = Streams::open(&e, StreamLimits::default()).await.unwrap();
     let mut busy = 0;
     for round in 0..4 {
         statement_timeout(&admin, Some("1ms")).await;
@@ -60,7 +59,7 @@ async fn statements_cancelled_by_the_server_leave_no_aborted_transaction_in_the_
         let mut n = 0;
         while Instant::now() < until {
             // Three calls at once on two connections: some wait for one.
-            let (a, b, c) = tokio::join!(work(&q, &s, n), work(&q, &s, n + 1), work(&q, &s, n + 2));
+            let (a, b, c) = tokio::join!(work(&q, &e, n), work(&q, &e, n + 1), work(&q, &e, n + 2));
             n += 3;
             for r in [a, b, c] {
                 match r {
@@ -77,7 +76,7 @@ async fn statements_cancelled_by_the_server_leave_no_aborted_transaction_in_the_
         // for the reload to reach them, then nothing fails.
         tokio::time::sleep(Duration::from_millis(200)).await;
         for k in 0..30 {
-            if let Err(err) = work(&q, &s, k).await {
+            if let Err(err) = work(&q, &e, k).await {
                 panic!("round {round}, call {k} after the reset: {err:?}");
             }
         }

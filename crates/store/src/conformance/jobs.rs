@@ -69,7 +69,7 @@ pub async fn jobs_claim_by_priority_then_ready_time(engine: &dyn Engine) {
     let id = q
         .send_with(&text("g"), &with(|o| o.delay_ms = Some(10)), t + 200)
         .await
-        .unwrap() as u64;
+        .unwrap();
     let job = q.job(id, t + 200).await.unwrap().unwrap();
     assert_eq!(
         (job.state, job.due_at, job.attempt),
@@ -79,7 +79,7 @@ pub async fn jobs_claim_by_priority_then_ready_time(engine: &dyn Engine) {
         q.job(id, t + 210).await.unwrap().unwrap().state,
         JobState::Waiting
     );
-    let in_flight = q.job(later[0].id as u64, t + 200).await.unwrap().unwrap();
+    let in_flight = q.job(later[0].id, t + 200).await.unwrap().unwrap();
     assert_eq!(in_flight.state, JobState::InFlight);
     assert!(q.job(999_999, t).await.unwrap().is_none());
     // Bad options are refused and store nothing.
@@ -115,7 +115,7 @@ pub async fn jobs_retry_backs_off_and_ends_in_the_dead_letters(engine: &dyn Engi
         q.ack(&first[0].receipt).await,
         Err(AlkError::StaleReceipt(_))
     ));
-    let job = q.job(id as u64, 10).await.unwrap().unwrap();
+    let job = q.job(id, 10).await.unwrap().unwrap();
     assert_eq!(job.state, JobState::Delayed);
     assert_eq!(job.last_error.as_deref(), Some("boom 1"));
     assert!(q.claim(1, Some(100), None, 509).await.unwrap().is_empty());
@@ -141,7 +141,7 @@ pub async fn jobs_retry_backs_off_and_ends_in_the_dead_letters(engine: &dyn Engi
         .retry_with(&third[0].receipt, "boom 3", RetryDelay::Fixed(5), 10_010)
         .await;
     assert_eq!(r.unwrap(), Retried::Dead);
-    let dead = q.job(id as u64, 10_020).await.unwrap().unwrap();
+    let dead = q.job(id, 10_020).await.unwrap().unwrap();
     assert_eq!(dead.state, JobState::Dead);
     assert_eq!(dead.attempt, 3);
     assert_eq!(dead.max_attempts, Some(3));
@@ -171,20 +171,20 @@ pub async fn jobs_retry_backs_off_and_ends_in_the_dead_letters(engine: &dyn Engi
     let listed = q.dead_letters(None, 10, 30_000).await.unwrap();
     assert_eq!(listed.iter().map(|j| j.id).collect::<Vec<_>>(), [id]);
     assert!(
-        q.dead_letters(Some(id as u64), 10, 30_000)
+        q.dead_letters(Some(id), 10, 30_000)
             .await
             .unwrap()
             .is_empty()
     );
     let redriven = q
-        .redrive(&[id as u64, 424_242, u64::MAX, id as u64], 30_000)
+        .redrive(&[id, 424_242, u64::MAX, id], 30_000)
         .await
         .unwrap();
     // A new message, with an id above every one so far.
     let new = redriven[0].unwrap();
     assert_eq!(redriven, [Some(new), None, None, None]);
-    assert!(new > other as u64);
-    assert!(q.job(id as u64, 30_000).await.unwrap().is_none());
+    assert!(new > other);
+    assert!(q.job(id, 30_000).await.unwrap().is_none());
     let back = q.job(new, 30_000).await.unwrap().unwrap();
     assert_eq!(
         (back.state, back.attempt, back.max_attempts),
@@ -197,8 +197,8 @@ pub async fn jobs_retry_backs_off_and_ends_in_the_dead_letters(engine: &dyn Engi
     // "other" became ready at 20,008, the redriven one at 30,000.
     let again = q.claim(10, Some(100), None, 30_000).await.unwrap();
     assert_eq!(
-        again.iter().map(|d| d.id as u64).collect::<Vec<_>>(),
-        [other as u64, new]
+        again.iter().map(|d| d.id).collect::<Vec<_>>(),
+        [other, new]
     );
     assert_eq!(again[1].attempt, 1);
     q.fail(&again[1].receipt, "given up", 30_001).await.unwrap();
@@ -223,7 +223,7 @@ pub async fn jobs_a_lapsed_last_attempt_goes_to_the_dead_letters(engine: &dyn En
     let next = q.send(&text("next"), 150).await.unwrap();
     let got = q.claim(1, Some(100), None, 200).await.unwrap();
     assert_eq!(got.iter().map(|d| d.id).collect::<Vec<_>>(), [next]);
-    let dead = q.job(id as u64, 200).await.unwrap().unwrap();
+    let dead = q.job(id, 200).await.unwrap().unwrap();
     assert_eq!(dead.state, JobState::Dead);
     assert_eq!(dead.attempt, 2);
     assert_eq!(dead.last_error, Some(lapsed_error(2)));
@@ -253,7 +253,7 @@ pub async fn jobs_heartbeat_extends_only_a_live_delivery(engine: &dyn Engine) {
     ));
     // Past its deadline, but not received again: the ack lands.
     q.ack(&again.receipt).await.unwrap();
-    assert!(q.job(again.id as u64, 1_800).await.unwrap().is_none());
+    assert!(q.job(again.id, 1_800).await.unwrap().is_none());
     assert!(!q.heartbeat(&again.receipt, 500, 1_800).await.unwrap());
 }
 
@@ -277,20 +277,20 @@ pub async fn jobs_expired_messages_end_in_the_dead_letters(engine: &dyn Engine) 
     // At 100 "a" (due) has expired: the claim buries it and goes on.
     let got = q.claim(5, Some(1_000), None, 100).await.unwrap();
     assert_eq!(got.iter().map(|d| d.id).collect::<Vec<_>>(), [keep]);
-    let dead = q.job(a as u64, 100).await.unwrap().unwrap();
+    let dead = q.job(a, 100).await.unwrap().unwrap();
     assert_eq!(
         (dead.state, dead.last_error.as_deref()),
         (JobState::Dead, Some(EXPIRED_ERROR))
     );
     // "b" is still in flight; the sweep moves it.
     assert_eq!(
-        q.job(b as u64, 100).await.unwrap().unwrap().state,
+        q.job(b, 100).await.unwrap().unwrap().state,
         JobState::InFlight
     );
     assert_eq!(q.sweep_expired(100).await.unwrap(), 1);
     assert_eq!(q.sweep_expired(100).await.unwrap(), 0);
     assert_eq!(
-        q.job(b as u64, 100).await.unwrap().unwrap().state,
+        q.job(b, 100).await.unwrap().unwrap().state,
         JobState::Dead
     );
     // Its holder's late ack finds it gone from the queue.
@@ -302,8 +302,8 @@ pub async fn jobs_expired_messages_end_in_the_dead_letters(engine: &dyn Engine) 
 /// straight to the dead letters.
 pub async fn jobs_cancel_and_fail(engine: &dyn Engine) {
     let q = Queue::open(engine, "jobs-cancel").await.unwrap();
-    let a = q.send(&text("a"), 0).await.unwrap() as u64;
-    let b = q.send(&text("b"), 0).await.unwrap() as u64;
+    let a = q.send(&text("a"), 0).await.unwrap();
+    let b = q.send(&text("b"), 0).await.unwrap();
     assert!(q.cancel(a).await.unwrap());
     assert!(!q.cancel(a).await.unwrap());
     assert!(!q.cancel(u64::MAX).await.unwrap());
@@ -332,7 +332,7 @@ pub async fn jobs_cancel_and_fail(engine: &dyn Engine) {
         .await
         .unwrap();
     let kept = q
-        .job(c as u64, 22)
+        .job(c, 22)
         .await
         .unwrap()
         .unwrap()
@@ -412,7 +412,7 @@ pub async fn jobs_groups_take_turns_one_in_flight_each(engine: &dyn Engine) {
     q.fail(&got[0].receipt, "no", 302).await.unwrap();
     let got = q.claim(1, Some(1_000), None, 303).await.unwrap();
     assert_eq!(names(&got), ["z2"]);
-    let back = q.redrive(&[z1 as u64], 304).await.unwrap();
+    let back = q.redrive(&[z1], 304).await.unwrap();
     assert!(back[0].is_some());
     assert!(
         q.claim(10, Some(1_000), None, 305)
@@ -441,7 +441,7 @@ pub async fn jobs_groups_take_turns_one_in_flight_each(engine: &dyn Engine) {
     let got = q.claim(10, Some(1_000), Some(7), 201).await.unwrap();
     assert_eq!(names(&got), ["h1"]);
     assert_eq!(got[0].priority, 0);
-    let job = q.job(got[0].id as u64, 201).await.unwrap().unwrap();
+    let job = q.job(got[0].id, 201).await.unwrap().unwrap();
     assert_eq!(job.group.as_deref(), Some("H"));
 }
 

@@ -1,6 +1,7 @@
 //! Conformance cases of key-value buckets: expiry, refusals, paged reads,
 //! scan order and cursors, set-if-absent and swaps.
 
+use crate::time::ManualClock;
 use crate::engine::Engine;
 use crate::error::AlkError;
 use crate::kv::{Bucket, Expected};
@@ -343,17 +344,17 @@ pub async fn kv_swaps_compare_in_one_step_and_increments_all_count(engine: &dyn 
     }
     // Increments: decimal text, absent is 0, every concurrent one counts.
     let range = i64::MIN as i128..=i64::MAX as i128;
-    assert_eq!(kv.increment("n", 5, range.clone(), || 0).await.unwrap(), 5);
+    assert_eq!(kv.increment("n", 5, range.clone(), &ManualClock::new(0)).await.unwrap(), 5);
     assert_eq!(kv.get("n", 0).await.unwrap().as_deref(), Some(&b"5"[..]));
     assert_eq!(
-        kv.increment("n", -7, range.clone(), || 0).await.unwrap(),
+        kv.increment("n", -7, range.clone(), &ManualClock::new(0)).await.unwrap(),
         -2
     );
     let adds = (0..8).map(|_| {
         let (kv, range) = (kv.clone(), range.clone());
         async move {
             for _ in 0..10 {
-                kv.increment("n", 1, range.clone(), || 0).await.unwrap();
+                kv.increment("n", 1, range.clone(), &ManualClock::new(0)).await.unwrap();
             }
         }
     });
@@ -365,7 +366,7 @@ pub async fn kv_swaps_compare_in_one_step_and_increments_all_count(engine: &dyn 
         .unwrap();
     for (key, delta) in [("text", 1), ("max", 1)] {
         assert!(matches!(
-            kv.increment(key, delta, range.clone(), || 0).await,
+            kv.increment(key, delta, range.clone(), &ManualClock::new(0)).await,
             Err(AlkError::InvalidArgument(_))
         ));
     }
@@ -375,7 +376,7 @@ pub async fn kv_swaps_compare_in_one_step_and_increments_all_count(engine: &dyn 
     );
     let unsigned = 0..=u64::MAX as i128;
     assert!(matches!(
-        kv.increment("n", -100, unsigned, || 0).await,
+        kv.increment("n", -100, unsigned, &ManualClock::new(0)).await,
         Err(AlkError::InvalidArgument(_))
     ));
     assert_eq!(kv.get("n", 0).await.unwrap().as_deref(), Some(&b"78"[..]));

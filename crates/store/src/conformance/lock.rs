@@ -57,16 +57,16 @@ pub async fn lock_expiry_renewal_and_takeover_follow_the_clock(engine: &dyn Engi
 /// A waiting lock is granted when the holder releases it.
 pub async fn lock_wait_is_granted_at_release(engine: &dyn Engine) {
     let s = Locks::open(engine).await.unwrap();
-    let clock = || crate::time::Clock::now_ms(&crate::time::SystemClock);
+    let clock = crate::time::SystemClock;
     let held = s
-        .try_lock("w", "first", 60_000, clock())
+        .try_lock("w", "first", 60_000, crate::time::Clock::now_ms(&clock))
         .await
         .unwrap()
         .unwrap();
     let waiter = {
         let s = s.clone();
         tokio::spawn(async move {
-            let clock = || crate::time::Clock::now_ms(&crate::time::SystemClock);
+            let clock = crate::time::SystemClock;
             s.lock_wait(
                 "w",
                 "second",
@@ -78,7 +78,7 @@ pub async fn lock_wait_is_granted_at_release(engine: &dyn Engine) {
         })
     };
     tokio::time::sleep(Duration::from_millis(50)).await;
-    assert!(s.release(&held, clock()).await.unwrap());
+    assert!(s.release(&held, crate::time::Clock::now_ms(&clock)).await.unwrap());
     let got = waiter.await.unwrap().unwrap().unwrap();
     assert_eq!(got.owner, "second");
     assert!(got.token > held.token);

@@ -123,7 +123,7 @@ macro_rules! conformance_tests {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn $name() {
             let subject = $make().await;
-            $case(&*subject.engine).await;
+            $case(&subject.engine).await;
         }
     };
 }

@@ -4,7 +4,7 @@ use super::text;
 use crate::engine::Engine;
 use crate::jobs::{JobState, Retried, SendOptions};
 use crate::outbox::{Outbox, RunOnce};
-use crate::time::{Clock, ManualClock};
+use crate::time::ManualClock;
 
 /// `run_once` acknowledges a job its worker succeeded with, and retries one
 /// it failed with on the backoff curve; an idle outbox says so.
@@ -12,10 +12,9 @@ pub async fn outbox_run_once_acks_success_and_retries_failure(engine: &dyn Engin
     let outbox = Outbox::open(engine, "runs").await.unwrap();
     assert_eq!(outbox.name(), "runs");
     let clock = ManualClock::new(10_000);
-    let now = || clock.now_ms();
     assert_eq!(
         outbox
-            .run_once(None, &now, |_| async { Ok(()) })
+            .run_once(None, &clock, |_| async { Ok(()) })
             .await
             .unwrap(),
         RunOnce::Idle
@@ -29,7 +28,7 @@ pub async fn outbox_run_once_acks_success_and_retries_failure(engine: &dyn Engin
         .await
         .unwrap();
     let failed = outbox
-        .run_once(None, &now, |job| async move {
+        .run_once(None, &clock, |job| async move {
             assert_eq!(job.payload, text("first"));
             Err("smtp down".to_string())
         })
@@ -51,7 +50,7 @@ pub async fn outbox_run_once_acks_success_and_retries_failure(engine: &dyn Engin
     assert_eq!(info.state, JobState::Delayed);
     assert_eq!(
         outbox
-            .run_once(None, &now, |job| async move {
+            .run_once(None, &clock, |job| async move {
                 assert_eq!(job.payload, text("second"));
                 Ok(())
             })
@@ -61,7 +60,7 @@ pub async fn outbox_run_once_acks_success_and_retries_failure(engine: &dyn Engin
     );
     assert_eq!(
         outbox
-            .run_once(None, &now, |_| async { Ok(()) })
+            .run_once(None, &clock, |_| async { Ok(()) })
             .await
             .unwrap(),
         RunOnce::Idle
@@ -69,7 +68,7 @@ pub async fn outbox_run_once_acks_success_and_retries_failure(engine: &dyn Engin
     clock.set(at);
     assert_eq!(
         outbox
-            .run_once(None, &now, |job| async move {
+            .run_once(None, &clock, |job| async move {
                 assert_eq!(job.attempt, 2);
                 Ok(())
             })

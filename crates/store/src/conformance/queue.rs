@@ -96,7 +96,7 @@ pub async fn queue_claims_oldest_first_and_skips_in_flight(engine: &dyn Engine) 
     assert_eq!(again[0].payload, text("a"));
     assert_eq!(again[0].attempt, 2);
     // Ids only grow.
-    let ids: Vec<i64> = q.send_batch(&[text("x"), text("y")], 2_000).await.unwrap();
+    let ids: Vec<u64> = q.send_batch(&[text("x"), text("y")], 2_000).await.unwrap();
     assert!(ids[0] < ids[1] && ids[0] > again.iter().map(|d| d.id).max().unwrap());
     q.purge().await.unwrap();
     assert!(q.receive(10, None, i64::MAX / 2).await.unwrap().is_empty());
@@ -141,7 +141,7 @@ pub async fn queue_ack_batch_reports_each_receipt(engine: &dyn Engine) {
 /// A waiting receive wakes when a message is sent, and times out empty.
 pub async fn queue_receive_wait_wakes_on_a_send(engine: &dyn Engine) {
     let q = Queue::open(engine, "waits").await.unwrap();
-    let clock = || crate::time::Clock::now_ms(&crate::time::SystemClock);
+    let clock = crate::time::SystemClock;
     let empty = q
         .receive_wait(
             1,

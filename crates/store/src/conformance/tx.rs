@@ -1,6 +1,7 @@
 //! Conformance cases of transactions, of streams alone and across
 //! mechanisms (streams, queues, outboxes, channels).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -14,6 +15,7 @@ use crate::notify::{Channels, Listener};
 use crate::outbox::Outbox;
 use crate::queue::{Payload, Queue};
 use crate::stream::Streams;
+use crate::tx::Tx;
 
 async fn woke(listener: &mut Listener) -> bool {
     listener
@@ -23,12 +25,12 @@ async fn woke(listener: &mut Listener) -> bool {
 
 /// A transaction applies its publishes and saves together, or not at all;
 /// a refusal inside it leaves it usable; after rollback it is finished.
-pub async fn stream_transactions_commit_all_or_nothing(engine: &dyn Engine) {
+pub async fn stream_transactions_commit_all_or_nothing(engine: &Arc<dyn Engine>) {
     let s = Streams::open(engine, StreamLimits::default())
         .await
         .unwrap();
     s.publish("in", None, b"a", 0).await.unwrap();
-    let tx = s.transaction();
+    let tx = Tx::new(engine.clone(), s.limits()).unwrap();
     assert_eq!(tx.publish("out", None, b"derived", 0).await.unwrap(), 1);
     tx.save_offset("in", "worker", 1).await.unwrap();
     tx.rollback().await;
@@ -38,7 +40,7 @@ pub async fn stream_transactions_commit_all_or_nothing(engine: &dyn Engine) {
         tx.commit().await,
         Err(AlkError::InvalidArgument(_))
     ));
-    let tx = s.transaction();
+    let tx = Tx::new(engine.clone(), s.limits()).unwrap();
     assert_eq!(tx.publish("out", None, b"derived", 0).await.unwrap(), 1);
     assert!(matches!(
         tx.save_offset("in", "worker", 99).await,
@@ -55,13 +57,13 @@ pub async fn stream_transactions_commit_all_or_nothing(engine: &dyn Engine) {
 }
 
 /// A transaction held past its limit is rolled back and the store freed.
-pub async fn stream_transactions_held_too_long_are_rolled_back(engine: &dyn Engine) {
+pub async fn stream_transactions_held_too_long_are_rolled_back(engine: &Arc<dyn Engine>) {
     let limits = StreamLimits {
         max_transaction: Duration::from_millis(100),
         ..StreamLimits::default()
     };
     let s = Streams::open(engine, limits).await.unwrap();
-    let tx = s.transaction();
+    let tx = Tx::new(engine.clone(), s.limits()).unwrap();
     tx.publish("late", None, b"late", 0).await.unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(matches!(
@@ -74,7 +76,7 @@ pub async fn stream_transactions_held_too_long_are_rolled_back(engine: &dyn Engi
 /// A transaction's publish, keyed publish, offset save, queue send (with
 /// options), outbox send and notification are all invisible until commit
 /// and all there after it; the notification is delivered after commit.
-pub async fn tx_commit_applies_every_mechanism_at_once(engine: &dyn Engine) {
+pub async fn tx_commit_applies_every_mechanism_at_once(engine: &Arc<dyn Engine>) {
     let s = Streams::open(engine, StreamLimits::default())
         .await
         .unwrap();
@@ -83,7 +85,7 @@ pub async fn tx_commit_applies_every_mechanism_at_once(engine: &dyn Engine) {
     let mut listener = Channels::open(engine).unwrap().listen("tx-done").unwrap();
     s.publish("tx-in", None, b"source", 1_000).await.unwrap();
 
-    let tx = s.transaction();
+    let tx = Tx::new(engine.clone(), s.limits()).unwrap();
     assert_eq!(
         tx.publish("tx-out", None, b"plain", 1_000).await.unwrap(),
         1
@@ -151,7 +153,7 @@ pub async fn tx_commit_applies_every_mechanism_at_once(engine: &dyn Engine) {
 
 /// Rolled back, dropped or held past its limit, a transaction leaves no
 /// event, no offset, no job, no outbox job and no notification.
-pub async fn tx_rollback_leaves_nothing_anywhere(engine: &dyn Engine) {
+pub async fn tx_rollback_leaves_nothing_anywhere(engine: &Arc<dyn Engine>) {
     let limits = StreamLimits {
         max_transaction: Duration::from_millis(300),
         ..StreamLimits::default()
@@ -162,7 +164,7 @@ pub async fn tx_rollback_leaves_nothing_anywhere(engine: &dyn Engine) {
     let mut listener = Channels::open(engine).unwrap().listen("rb-done").unwrap();
     s.publish("rb-in", None, b"source", 0).await.unwrap();
     for ending in ["rollback", "drop", "watchdog"] {
-        let tx = s.transaction();
+        let tx = Tx::new(engine.clone(), s.limits()).unwrap();
         tx.publish("rb-out", Some("k"), b"x", 0).await.unwrap();
         tx.save_offset("rb-in", "worker", 1).await.unwrap();
         tx.enqueue("rb-jobs", &[text("ghost")], &priority(1), 0)
@@ -185,7 +187,7 @@ pub async fn tx_rollback_leaves_nothing_anywhere(engine: &dyn Engine) {
         }
         // A dropped transaction is rolled back on the runtime: the next
         // transaction's first operation waits for it.
-        let probe = s.transaction();
+        let probe = Tx::new(engine.clone(), s.limits()).unwrap();
         probe.publish("rb-probe", None, b"p", 0).await.unwrap();
         probe.rollback().await;
         assert!(
@@ -205,7 +207,7 @@ pub async fn tx_rollback_leaves_nothing_anywhere(engine: &dyn Engine) {
         assert!(!woke(&mut listener).await, "{ending} notified");
     }
     // The same operations committed are all there.
-    let tx = s.transaction();
+    let tx = Tx::new(engine.clone(), s.limits()).unwrap();
     tx.enqueue("rb-jobs", &[text("real")], &SendOptions::default(), 0)
         .await
         .unwrap();
@@ -218,11 +220,11 @@ pub async fn tx_rollback_leaves_nothing_anywhere(engine: &dyn Engine) {
 /// Bad names, options and payloads inside a transaction are refused with
 /// their typed errors, write nothing and leave the transaction usable;
 /// outbox backing queues cannot be named directly.
-pub async fn tx_refusals_leave_the_transaction_usable(engine: &dyn Engine) {
+pub async fn tx_refusals_leave_the_transaction_usable(engine: &Arc<dyn Engine>) {
     let s = Streams::open(engine, StreamLimits::default())
         .await
         .unwrap();
-    let tx = s.transaction();
+    let tx = Tx::new(engine.clone(), s.limits()).unwrap();
     let plain = SendOptions::default();
     assert!(matches!(
         tx.enqueue("__alkstore_outbox_x", &[text("x")], &plain, 0)

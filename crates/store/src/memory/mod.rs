@@ -15,9 +15,9 @@
 //! - `queue.rs`: the queues, with job options, groups and dead letters
 //!   ([`crate::queue::QueueEngine`]);
 //! - `stream.rs`: the streams and saved offsets
-//!   ([`crate::stream::StreamEngine`]), including the start of a
-//!   transaction;
-//! - `tx.rs`: the transaction ([`crate::stream::TxEngine`]);
+//!   ([`crate::stream::StreamEngine`]);
+//! - `tx.rs`: the transaction ([`crate::tx::TxEngine`], begun by
+//!   [`Engine::begin`]);
 //! - `lock.rs`: the locks ([`crate::lock::LockEngine`]);
 //! - `schedule.rs`: the schedules ([`crate::schedule::ScheduleEngine`]).
 //!
@@ -38,6 +38,7 @@ use crate::lock::LockEngine;
 use crate::queue::QueueEngine;
 use crate::schedule::ScheduleEngine;
 use crate::stream::StreamEngine;
+use crate::tx::TxEngine;
 use crate::wake::Wakes;
 
 mod kv;
@@ -126,6 +127,10 @@ impl Engine for MemoryEngine {
 
     async fn schedules(&self) -> AlkResult<Arc<dyn ScheduleEngine>> {
         Ok(self.schedules.clone())
+    }
+
+    async fn begin(&self) -> AlkResult<Box<dyn TxEngine>> {
+        Ok(Box::new(tx::MemTx::begin(&self.streams).await))
     }
 
     fn wakes(&self) -> AlkResult<Wakes> {

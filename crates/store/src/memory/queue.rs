@@ -11,7 +11,7 @@ use crate::error::AlkResult;
 use crate::jobs::{
     Beat, EXPIRED_ERROR, JobInfo, JobState, Retried, RetryDelay, Stamp, lapsed_error,
 };
-use crate::queue::{Delivery, Payload, QueueEngine, Settled};
+use crate::queue::{AckedBatch, Delivery, Payload, QueueEngine, Receipt, Settled};
 
 /// One message of a queue.
 #[derive(Clone)]
@@ -22,7 +22,8 @@ struct Msg {
     /// When it became ready (claim order among messages without a group).
     ready_at: i64,
     attempt: u32,
-    receipt: Option<String>,
+    /// The claim of its current delivery, while it is in flight.
+    claim: Option<uuid::Uuid>,
     priority: i32,
     group: Option<String>,
     max_attempts: Option<u32>,
@@ -39,9 +40,9 @@ struct Group {
 }
 
 pub(super) struct QueueState {
-    next_id: i64,
-    msgs: BTreeMap<i64, Msg>,
-    dead: BTreeMap<i64, (Msg, i64)>,
+    next_id: u64,
+    msgs: BTreeMap<u64, Msg>,
+    dead: BTreeMap<u64, (Msg, i64)>,
     groups: HashMap<String, Group>,
     /// The place in the round of the messages without a group (sequence 0:
     /// it joined first).
@@ -65,26 +66,11 @@ impl Default for QueueState {
 #[derive(Default)]
 pub(super) struct MemQueue(pub(super) Mutex<QueueState>);
 
-/// The message id of a receipt shaped like the ones this engine issues
-/// (`<id>:<uuid>`, as the file engine's), whoever issued it.
-fn parse_receipt(receipt: &str) -> Option<i64> {
-    let (id, claim) = receipt.split_once(':')?;
-    let uuid_shaped = claim.len() == 36
-        && claim.char_indices().all(|(i, c)| match i {
-            8 | 13 | 18 | 23 => c == '-',
-            _ => c.is_ascii_hexdigit(),
-        });
-    if !uuid_shaped {
-        return None;
-    }
-    id.parse::<i64>().ok().filter(|id| *id > 0)
-}
-
 /// Claims of every memory queue of the process: a receipt is never valid
 /// for another queue's message.
 static CLAIMS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-fn info(id: i64, m: &Msg, state: JobState, died_at: Option<i64>) -> JobInfo {
+fn info(id: u64, m: &Msg, state: JobState, died_at: Option<i64>) -> JobInfo {
     JobInfo {
         id,
         payload: m.payload.clone(),
@@ -103,12 +89,12 @@ fn info(id: i64, m: &Msg, state: JobState, died_at: Option<i64>) -> JobInfo {
 
 /// One participant of the round picked by a claim.
 enum Pick {
-    Group(String, i64),
-    Lane(Vec<i64>),
+    Group(String, u64),
+    Lane(Vec<u64>),
 }
 
 impl QueueState {
-    pub(super) fn send(&mut self, payloads: &[Payload], stamp: &Stamp, now: i64) -> Vec<i64> {
+    pub(super) fn send(&mut self, payloads: &[Payload], stamp: &Stamp, now: i64) -> Vec<u64> {
         let q = self;
         let mut ids = Vec::new();
         if let Some(g) = &stamp.group {
@@ -125,7 +111,7 @@ impl QueueState {
                     visible_at: stamp.due_at,
                     ready_at: stamp.due_at,
                     attempt: 0,
-                    receipt: None,
+                    claim: None,
                     priority: stamp.priority,
                     group: stamp.group.clone(),
                     max_attempts: stamp.max_attempts,
@@ -141,18 +127,15 @@ impl QueueState {
 
     /// The message of a current receipt: `Ok(id)`, or how the receipt
     /// settles without one.
-    fn current(&self, receipt: &str) -> Result<i64, Settled> {
-        let Some(id) = parse_receipt(receipt) else {
-            return Err(Settled::Gone);
-        };
-        match self.msgs.get(&id) {
+    fn current(&self, receipt: &Receipt) -> Result<u64, Settled> {
+        match self.msgs.get(&receipt.id) {
             None => Err(Settled::Gone),
-            Some(m) if m.receipt.as_deref() != Some(receipt) => Err(Settled::Stale),
-            Some(_) => Ok(id),
+            Some(m) if m.claim != Some(receipt.claim) => Err(Settled::Stale),
+            Some(_) => Ok(receipt.id),
         }
     }
 
-    fn settle(&mut self, receipt: &str, nack_at: Option<i64>) -> Settled {
+    fn settle(&mut self, receipt: &Receipt, nack_at: Option<i64>) -> Settled {
         let id = match self.current(receipt) {
             Ok(id) => id,
             Err(s) => return s,
@@ -171,7 +154,7 @@ impl QueueState {
     }
 
     /// Deletes a message; its group leaves the round when it empties.
-    fn remove(&mut self, id: i64) -> Option<Msg> {
+    fn remove(&mut self, id: u64) -> Option<Msg> {
         let m = self.msgs.remove(&id)?;
         if let Some(g) = &m.group
             && !self.msgs.values().any(|o| o.group.as_ref() == Some(g))
@@ -181,7 +164,7 @@ impl QueueState {
         Some(m)
     }
 
-    fn bury(&mut self, id: i64, error: &str, now: i64) {
+    fn bury(&mut self, id: u64, error: &str, now: i64) {
         if let Some(mut m) = self.remove(id) {
             m.last_error = Some(error.to_string());
             self.dead.insert(id, (m, now));
@@ -218,7 +201,7 @@ impl QueueState {
 
     /// The participants a claim of `max` takes, in order.
     fn pick(&self, max: usize, now: i64, floor: i32) -> Vec<Pick> {
-        let mut heads: Vec<(i64, i64, String, i64)> = Vec::new();
+        let mut heads: Vec<(i64, i64, String, u64)> = Vec::new();
         for (key, g) in &self.groups {
             if g.priority < floor {
                 continue;
@@ -235,7 +218,7 @@ impl QueueState {
         }
         heads.sort();
         heads.truncate(max);
-        let mut lane: Vec<(std::cmp::Reverse<i32>, i64, i64)> = self
+        let mut lane: Vec<(std::cmp::Reverse<i32>, i64, u64)> = self
             .msgs
             .iter()
             .filter(|(_, m)| m.group.is_none() && m.visible_at <= now && m.priority >= floor)
@@ -248,7 +231,7 @@ impl QueueState {
         for (served, seq, key, id) in heads {
             if !lane_done && (self.lane_served, 0) < (served, seq) {
                 lane_done = true;
-                let ids: Vec<i64> = lane.iter().take(left).map(|l| l.2).collect();
+                let ids: Vec<u64> = lane.iter().take(left).map(|l| l.2).collect();
                 left -= ids.len();
                 if !ids.is_empty() {
                     picks.push(Pick::Lane(ids));
@@ -261,7 +244,7 @@ impl QueueState {
             left -= 1;
         }
         if !lane_done && left > 0 {
-            let ids: Vec<i64> = lane.iter().take(left).map(|l| l.2).collect();
+            let ids: Vec<u64> = lane.iter().take(left).map(|l| l.2).collect();
             if !ids.is_empty() {
                 picks.push(Pick::Lane(ids));
             }
@@ -284,7 +267,7 @@ impl QueueState {
 
 #[async_trait]
 impl QueueEngine for MemQueue {
-    async fn send(&self, payloads: &[Payload], stamp: &Stamp, now: i64) -> AlkResult<Vec<i64>> {
+    async fn send(&self, payloads: &[Payload], stamp: &Stamp, now: i64) -> AlkResult<Vec<u64>> {
         Ok(lock(&self.0).send(payloads, stamp, now))
     }
 
@@ -292,12 +275,14 @@ impl QueueEngine for MemQueue {
         &self,
         max: u32,
         visible_until: i64,
-        now: i64,
         floor: Option<i32>,
+        now: i64,
     ) -> AlkResult<Vec<Delivery>> {
         let mut q = lock(&self.0);
         let floor = floor.unwrap_or(i32::MIN);
         let claim = CLAIMS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        // Spelled like a version-4 UUID, as the other engines' claims are.
+        let claim = uuid::Uuid::from_u128(0x0000_0000_0000_4000_8000_0000_0000_0000 | u128::from(claim));
         let mut out = Vec::new();
         // Participants of the round in the order they were served; `None`
         // is the lane (the messages without a group).
@@ -325,12 +310,11 @@ impl QueueEngine for MemQueue {
                     let m = q.msgs.get_mut(&id).expect("picked above");
                     m.visible_at = visible_until;
                     m.attempt += 1;
-                    let receipt = format!("{id}:00000000-0000-4000-8000-{claim:012x}");
-                    m.receipt = Some(receipt.clone());
+                    m.claim = Some(claim);
                     out.push(Delivery {
                         id,
                         payload: m.payload.clone(),
-                        receipt,
+                        receipt: Receipt::new(id, claim).to_string(),
                         attempt: m.attempt,
                         priority: m.priority,
                         group: m.group.clone(),
@@ -367,42 +351,32 @@ impl QueueEngine for MemQueue {
         Ok(out)
     }
 
-    async fn ack(&self, receipt: &str) -> AlkResult<Settled> {
+    async fn ack(&self, receipt: &Receipt) -> AlkResult<Settled> {
         Ok(lock(&self.0).settle(receipt, None))
     }
 
-    async fn ack_batch(&self, receipts: &[String]) -> AlkResult<Vec<Settled>> {
+    async fn ack_batch(&self, receipts: &[Receipt]) -> AlkResult<AckedBatch> {
         let mut q = lock(&self.0);
         // Applied together, like a set-based statement: every current
-        // receipt acks its message (its first copy); then any other receipt
-        // of a message still there is stale, the rest gone.
-        let mut out = vec![Settled::Gone; receipts.len()];
-        let mut acked = std::collections::HashSet::new();
-        for (i, r) in receipts.iter().enumerate() {
-            if let Some(id) = parse_receipt(r)
-                && q.msgs
-                    .get(&id)
-                    .is_some_and(|m| m.receipt.as_deref() == Some(r))
-                && acked.insert(id)
-            {
-                out[i] = Settled::Done;
+        // receipt's message is deleted, then the others are looked up.
+        let mut batch = AckedBatch::default();
+        for r in receipts {
+            if q.msgs.get(&r.id).is_some_and(|m| m.claim == Some(r.claim)) {
+                batch.deleted.insert(r.id, r.claim);
             }
         }
-        for id in &acked {
+        for id in batch.deleted.keys() {
             q.remove(*id);
         }
-        for (i, r) in receipts.iter().enumerate() {
-            if out[i] != Settled::Done
-                && let Some(id) = parse_receipt(r)
-                && q.msgs.contains_key(&id)
-            {
-                out[i] = Settled::Stale;
+        for r in receipts {
+            if q.msgs.contains_key(&r.id) {
+                batch.present.insert(r.id);
             }
         }
-        Ok(out)
+        Ok(batch)
     }
 
-    async fn nack(&self, receipt: &str, now: i64) -> AlkResult<Settled> {
+    async fn nack(&self, receipt: &Receipt, now: i64) -> AlkResult<Settled> {
         Ok(lock(&self.0).settle(receipt, Some(now)))
     }
 
@@ -417,7 +391,7 @@ impl QueueEngine for MemQueue {
         Ok(())
     }
 
-    async fn heartbeat(&self, receipt: &str, deadline: i64, now: i64) -> AlkResult<Beat> {
+    async fn heartbeat(&self, receipt: &Receipt, deadline: i64, now: i64) -> AlkResult<Beat> {
         let mut q = lock(&self.0);
         let id = match q.current(receipt) {
             Ok(id) => id,
@@ -434,7 +408,7 @@ impl QueueEngine for MemQueue {
 
     async fn retry(
         &self,
-        receipt: &str,
+        receipt: &Receipt,
         error: &str,
         delay: RetryDelay,
         now: i64,
@@ -453,12 +427,12 @@ impl QueueEngine for MemQueue {
         let due = delay.due_at(m.backoff_base_ms, m.attempt, now);
         m.visible_at = due;
         m.ready_at = due;
-        m.receipt = None;
+        m.claim = None;
         m.last_error = Some(error.to_string());
         Ok(Retried::Scheduled(due))
     }
 
-    async fn fail(&self, receipt: &str, error: &str, now: i64) -> AlkResult<Settled> {
+    async fn fail(&self, receipt: &Receipt, error: &str, now: i64) -> AlkResult<Settled> {
         let mut q = lock(&self.0);
         match q.current(receipt) {
             Ok(id) => {
@@ -469,15 +443,15 @@ impl QueueEngine for MemQueue {
         }
     }
 
-    async fn cancel(&self, id: i64) -> AlkResult<bool> {
+    async fn cancel(&self, id: u64) -> AlkResult<bool> {
         let mut q = lock(&self.0);
         Ok(q.remove(id).is_some() || q.dead.remove(&id).is_some())
     }
 
-    async fn job(&self, id: i64, now: i64) -> AlkResult<Option<JobInfo>> {
+    async fn job(&self, id: u64, now: i64) -> AlkResult<Option<JobInfo>> {
         let q = lock(&self.0);
         if let Some(m) = q.msgs.get(&id) {
-            let state = JobState::of(m.receipt.is_some(), m.visible_at, now);
+            let state = JobState::of(m.claim.is_some(), m.visible_at, now);
             return Ok(Some(info(id, m, state, None)));
         }
         Ok(q.dead
@@ -487,7 +461,7 @@ impl QueueEngine for MemQueue {
 
     async fn sweep_expired(&self, now: i64) -> AlkResult<u64> {
         let mut q = lock(&self.0);
-        let expired: Vec<i64> = q
+        let expired: Vec<u64> = q
             .msgs
             .iter()
             .filter(|(_, m)| m.expires_at.is_some_and(|at| at <= now))
@@ -499,7 +473,7 @@ impl QueueEngine for MemQueue {
         Ok(expired.len() as u64)
     }
 
-    async fn dead_letters(&self, after: i64, max: u32, _now: i64) -> AlkResult<Vec<JobInfo>> {
+    async fn dead_letters(&self, after: u64, max: u32, _now: i64) -> AlkResult<Vec<JobInfo>> {
         let q = lock(&self.0);
         Ok(q.dead
             .range(after.saturating_add(1)..)
@@ -508,7 +482,7 @@ impl QueueEngine for MemQueue {
             .collect())
     }
 
-    async fn redrive(&self, ids: &[i64], now: i64) -> AlkResult<Vec<Option<i64>>> {
+    async fn redrive(&self, ids: &[u64], now: i64) -> AlkResult<Vec<Option<u64>>> {
         let mut q = lock(&self.0);
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
@@ -517,7 +491,7 @@ impl QueueEngine for MemQueue {
                 continue;
             };
             m.attempt = 0;
-            m.receipt = None;
+            m.claim = None;
             m.enqueued_at = now;
             m.visible_at = now;
             m.ready_at = now;

@@ -6,11 +6,10 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 
-use super::tx::MemTx;
 use super::{Queues, lock};
 use crate::error::{AlkError, AlkResult};
 use crate::limits::page;
-use crate::stream::{Event, StreamEngine, TxEngine};
+use crate::stream::{Event, StreamEngine};
 
 /// Every stream and saved offset.
 #[derive(Default, Clone)]
@@ -132,17 +131,5 @@ impl StreamEngine for MemStreams {
         let trimmed = events.len() as u64;
         *events = keep;
         Ok(trimmed)
-    }
-
-    async fn begin(&self) -> AlkResult<Box<dyn TxEngine>> {
-        let guard = self.writer.clone().lock_owned().await;
-        let work = lock(&self.state).clone();
-        Ok(Box::new(MemTx {
-            guard,
-            state: self.state.clone(),
-            work,
-            sends: Vec::new(),
-            queues: self.queues.clone(),
-        }))
     }
 }

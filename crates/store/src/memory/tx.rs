@@ -1,17 +1,17 @@
-//! The transactions of the memory engine, begun by the streams
-//! (`stream.rs`).
+//! The transactions of the memory engine: a copy of the streams
+//! (`stream.rs`) and the sends to queues, applied at commit.
 
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use tokio::sync::OwnedMutexGuard;
 
-use super::stream::StreamState;
+use super::stream::{MemStreams, StreamState};
 use super::{Queues, lock, queue_of};
 use crate::error::AlkResult;
 use crate::jobs::Stamp;
 use crate::queue::Payload;
-use crate::stream::{TxEngine, TxFailure};
+use crate::tx::{TxEngine, TxFailure};
 
 /// A transaction: works on a copy of the streams, which replaces them at
 /// commit, and keeps its sends until then (held under the streams' lock,
@@ -22,6 +22,21 @@ pub(super) struct MemTx {
     pub(super) work: StreamState,
     pub(super) sends: Vec<(String, Vec<Payload>, Stamp, i64)>,
     pub(super) queues: Queues,
+}
+
+impl MemTx {
+    /// Begins a transaction: takes the streams' writer lock for its life.
+    pub(super) async fn begin(streams: &MemStreams) -> MemTx {
+        let guard = streams.writer.clone().lock_owned().await;
+        let work = lock(&streams.state).clone();
+        MemTx {
+            guard,
+            state: streams.state.clone(),
+            work,
+            sends: Vec::new(),
+            queues: streams.queues.clone(),
+        }
+    }
 }
 
 #[async_trait]

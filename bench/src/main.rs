@@ -24,10 +24,14 @@
 //! process (each `n / count` operations, tags apart) and prints one `ops`
 //! line for all of them: what several guests of one host achieve together.
 //!
+//! `alk-bench http-load <addr> <GET|POST> <path> <connections> <requests>`
+//! loads an HTTP server on this machine (see `load.rs`).
+//!
 //! `alk-bench instances <count> <wake-tool.wasm> <data-dir> <cache-dir>`
 //! runs `count` guests at once in one process, each blocked in a wait, and
 //! prints `rss <before-KiB> <with-count-KiB>`.
 
+mod load;
 mod pg;
 
 use std::path::Path;
@@ -102,6 +106,16 @@ fn main() {
                 Path::new(dir),
                 Path::new(cache),
             ));
+        }
+        ["http-load", addr, method, path, connections, requests] => {
+            let line = runtime.block_on(load::run(
+                addr,
+                method,
+                path,
+                connections.parse().expect("connections"),
+                requests.parse().expect("requests"),
+            ));
+            println!("{line}");
         }
         ["instances", count, guest, dir, cache] => {
             let count: usize = count.parse().expect("count");

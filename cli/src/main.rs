@@ -64,6 +64,7 @@ fn main() -> ExitCode {
     };
     match args.command {
         cli::Command::Run(run) => run.execute(),
+        cli::Command::Serve(serve) => serve.execute(),
         cli::Command::Compile(compile) => compile.execute(),
         cli::Command::Migrate(migrate) => migrate.execute(),
         cli::Command::Schedules(schedules) => schedules.execute(),

@@ -25,7 +25,11 @@
 //!   the all-in world, [`worlds`] for a world per capability, [`keyvalue`]
 //!   for the `wasi:keyvalue` drafts, [`bindings`] and [`HasAlk`] for
 //!   linking single interfaces with an accessor of your own;
-//! - a whole command run in one call: [`Runner`] with [`RunOptions`];
+//! - a whole command run in one call: [`Runner`] with [`RunOptions`]; an
+//!   HTTP handler served in one call: [`Runner::serve`] with
+//!   [`ServeOptions`] (or [`Runner::bind`] and [`Server`]); what a guest
+//!   may reach on the network: [`NetworkPolicy`]; what a component is:
+//!   [`Kind`];
 //! - engines: [`Engine`], [`MemoryEngine`], [`TursoEngine`] with
 //!   [`StoreOptions`], `PostgresEngine` with `PostgresOptions`, and the
 //!   engine crates themselves ([`turso`], `postgres`) for what only one
@@ -121,6 +125,24 @@
 //! # Ok(()) }
 //! ```
 //!
+//! **HTTP handlers in one call.** A component exporting
+//! `wasi:http/incoming-handler` is served with an instance per request, the
+//! same linker and the same stores (what `alk-host serve` uses):
+//!
+//! ```no_run
+//! # async fn f() -> wasmtime::Result<()> {
+//! use alk_host::{AlkCtx, Runner, ServeOptions};
+//! let runner = Runner::new()?;
+//! let handler = runner.load("handler.wasm".as_ref())?;
+//! let ctx = AlkCtx::builder().data_dir("data").build();
+//! let opts = ServeOptions { addr: "127.0.0.1:8080".parse()?, ..ServeOptions::default() };
+//! let server = runner.bind(&handler, ctx, &opts).await?;
+//! println!("serving on http://{}/", server.local_addr());
+//! // Serves until the future completes (a signal, say), then drains.
+//! server.run(std::future::pending::<()>()).await?;
+//! # Ok(()) }
+//! ```
+//!
 //! With the `postgres` feature, hosts on many machines share one database:
 //!
 //! ```ignore
@@ -179,9 +201,12 @@ macro_rules! capability_linker {
 pub mod bindings;
 mod ctx;
 mod error;
+mod http;
 pub mod keyvalue;
+mod kind;
 mod kv;
 mod lock;
+mod network;
 #[cfg(not(feature = "turso"))]
 mod no_engine;
 mod notify;
@@ -189,6 +214,7 @@ mod outbox;
 mod queue;
 mod run;
 mod schedule;
+mod serve;
 mod stream;
 mod tx;
 
@@ -254,7 +280,10 @@ pub use alk_store_postgres::{PostgresEngine, PostgresOptions};
 
 pub use ctx::{AlkCtx, AlkCtxBuilder, AlkCtxView, AlkView};
 pub use error::CallError;
+pub use kind::Kind;
+pub use network::NetworkPolicy;
 pub use run::{RunOptions, RunOutcome, RunState, RunStatus, Runner};
+pub use serve::{ServeOptions, Server};
 
 use bindings::alk::store::types;
 use wasmtime::component::{HasData, Linker};

@@ -1,5 +1,7 @@
 //! Running command components: what `alk-host run` does, usable by
-//! embedders that just want to run a guest with everything linked.
+//! embedders that just want to run a guest with everything linked. The
+//! [`Runner`] also serves HTTP handler components (`serve.rs`), with the
+//! same linker and store data.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -12,6 +14,9 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use crate::ctx::{AlkCtx, AlkCtxView, AlkView};
+use crate::http::HttpState;
+use crate::kind::Kind;
+use crate::network::NetworkPolicy;
 
 /// How often the engine's epoch advances when a time limit is in force.
 const EPOCH_TICK: Duration = Duration::from_millis(10);
@@ -33,6 +38,8 @@ pub struct RunOptions {
     pub timeout: Option<Duration>,
     /// Capture stdout and stderr instead of inheriting the host's.
     pub capture_output: bool,
+    /// What the guest may reach on the network (nothing by default).
+    pub network: NetworkPolicy,
 }
 
 /// How a guest run ended.
@@ -66,12 +73,23 @@ impl RunOutcome {
     }
 }
 
-/// The store data of a guest run by [`Runner`].
+/// The store data of a guest run (or served) by [`Runner`].
 pub struct RunState {
-    wasi: WasiCtx,
-    alk: AlkCtx,
-    table: ResourceTable,
-    limits: StoreLimits,
+    pub(crate) wasi: WasiCtx,
+    pub(crate) alk: AlkCtx,
+    pub(crate) http: HttpState,
+    pub(crate) table: ResourceTable,
+    pub(crate) limits: StoreLimits,
+}
+
+impl wasmtime_wasi_http::WasiHttpView for RunState {
+    fn http(&mut self) -> wasmtime_wasi_http::WasiHttpCtxView<'_> {
+        wasmtime_wasi_http::WasiHttpCtxView {
+            ctx: &mut self.http.ctx,
+            table: &mut self.table,
+            hooks: &mut self.http.hooks,
+        }
+    }
 }
 
 impl WasiView for RunState {
@@ -92,12 +110,13 @@ impl AlkView for RunState {
     }
 }
 
-/// An engine and a linker with the full WASI 0.2 set and every alk
-/// interface, ready to run command components. Cheap to share: run as many
+/// An engine and a linker with the full WASI 0.2 set, `wasi:http` and every
+/// alk interface, ready to run command components and serve HTTP handler
+/// components. Cheap to share: run as many
 /// guests as needed, each with its own [`AlkCtx`].
 pub struct Runner {
-    engine: Engine,
-    linker: Linker<RunState>,
+    pub(crate) engine: Engine,
+    pub(crate) linker: Linker<RunState>,
     /// Started by the first run with a time limit; ticks the epoch.
     ticker: std::sync::OnceLock<()>,
 }
@@ -125,6 +144,9 @@ impl Runner {
         let engine = Engine::new(&config)?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+        // Only wasi:http's own interfaces: the WASI ones it builds on are
+        // linked above already.
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
         crate::add_to_linker(&mut linker)?;
         crate::keyvalue::add_to_linker(&mut linker)?;
         Ok(Runner {
@@ -138,7 +160,7 @@ impl Runner {
     /// and a runner without one stays free of periodic wake-ups (an idle
     /// host uses no CPU). It holds a weak engine reference and ends with
     /// the runner's engine.
-    fn start_ticker(&self) {
+    pub(crate) fn start_ticker(&self) {
         self.ticker.get_or_init(|| {
             let weak = self.engine.weak();
             let _ = std::thread::Builder::new()
@@ -158,12 +180,19 @@ impl Runner {
         &self.engine
     }
 
-    /// Compiles the component at `path`.
+    /// Compiles the component at `path`. A core WebAssembly module (not a
+    /// component) is refused with a line that says what to do.
     pub fn load(&self, path: &Path) -> wasmtime::Result<Component> {
         let bytes = std::fs::read(path)
             .with_context(|| format!("cannot read component {}", path.display()))?;
+        crate::kind::check_bytes(path, &bytes)?;
         Component::new(&self.engine, &bytes)
             .with_context(|| format!("{} is not a loadable WebAssembly component", path.display()))
+    }
+
+    /// What `component` is: a command, an HTTP handler, or neither.
+    pub fn kind(&self, component: &Component) -> Kind {
+        crate::kind::kind_of(&self.engine, component)
     }
 
     /// Runs the command component `component` with alk context `alk`.
@@ -179,18 +208,10 @@ impl Runner {
         alk: AlkCtx,
         opts: &RunOptions,
     ) -> wasmtime::Result<RunOutcome> {
-        let mut wasi = WasiCtxBuilder::new();
+        crate::kind::require(self.kind(component), Kind::Command)?;
+        let mut wasi = guest_wasi(&opts.env, &opts.dirs, &opts.network)?;
         wasi.arg(program);
         wasi.args(&opts.args);
-        for (k, v) in &opts.env {
-            wasi.env(k, v);
-        }
-        for (host, guest) in &opts.dirs {
-            wasi.preopened_dir(host, guest, FsPerms::ReadWrite)
-                .with_context(|| {
-                    format!("cannot open directory {} for the guest", host.display())
-                })?;
-        }
         let (stdout, stderr) = if opts.capture_output {
             let out = MemoryOutputPipe::new(usize::MAX);
             let err = MemoryOutputPipe::new(usize::MAX);
@@ -201,16 +222,13 @@ impl Runner {
             wasi.inherit_stdio();
             (None, None)
         };
-        let mut limits = StoreLimitsBuilder::new();
-        if let Some(max) = opts.max_memory_bytes {
-            limits = limits.memory_size(max).trap_on_grow_failure(true);
-        }
         let engine = alk.engine().clone();
         let state = RunState {
             wasi: wasi.build(),
             alk,
+            http: HttpState::new(opts.network.outgoing_http),
             table: ResourceTable::new(),
-            limits: limits.build(),
+            limits: memory_limits(opts.max_memory_bytes),
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limits);
@@ -245,7 +263,7 @@ impl Runner {
         let guest = async move {
             let command = Command::instantiate_async(&mut store, component, linker)
                 .await
-                .context("cannot instantiate the component")?;
+                .map_err(crate::kind::explain_instantiate)?;
             Ok::<_, wasmtime::Error>(command.wasi_cli_run().call_run(&mut store).await)
         };
         // The time limit counts wall time, whatever the guest does: compute,
@@ -276,6 +294,34 @@ impl Runner {
             stderr: stderr.map(|p| p.contents().to_vec()).unwrap_or_default(),
         })
     }
+}
+
+/// A guest's WASI context: `env` (nothing inherited), `dirs` preopened
+/// read-write, the network as `network` allows.
+pub(crate) fn guest_wasi(
+    env: &[(String, String)],
+    dirs: &[(PathBuf, String)],
+    network: &NetworkPolicy,
+) -> wasmtime::Result<WasiCtxBuilder> {
+    let mut wasi = WasiCtxBuilder::new();
+    for (k, v) in env {
+        wasi.env(k, v);
+    }
+    for (host, guest) in dirs {
+        wasi.preopened_dir(host, guest, FsPerms::ReadWrite)
+            .with_context(|| format!("cannot open directory {} for the guest", host.display()))?;
+    }
+    network.apply(&mut wasi);
+    Ok(wasi)
+}
+
+/// The memory limit of an instance (`None`: none).
+pub(crate) fn memory_limits(max_memory_bytes: Option<usize>) -> StoreLimits {
+    let mut limits = StoreLimitsBuilder::new();
+    if let Some(max) = max_memory_bytes {
+        limits = limits.memory_size(max).trap_on_grow_failure(true);
+    }
+    limits.build()
 }
 
 /// Whether the calling task runs on a single-threaded tokio runtime.

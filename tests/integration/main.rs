@@ -23,6 +23,7 @@ mod postgres_fault;
 mod postgres_timeout;
 mod powerloss;
 mod queue_processes;
+mod serve;
 mod soak;
 mod stream_processes;
 mod wake_processes;

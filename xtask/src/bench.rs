@@ -1192,8 +1192,44 @@ pub fn run(
     )
     .unwrap();
     md.push_str("(utime + stime from `/proc/<pid>/stat`, resolution one clock tick).\n\nHow it works: [architecture](architecture.md#wakes). Latency is one-way, measured with the wall clock of the one machine:\nthe sender takes the time just before it notifies (or publishes), the waiter as soon as its call returns.\n");
+    md.push('\n');
+    md.push_str(&crate::bench_serve::section(
+        host_bin,
+        native,
+        wasmtime,
+        &host.guests,
+        postgres_url,
+    )?);
     let path = root.join("docs/benchmarks.md");
     std::fs::write(&path, md).map_err(|e| e.to_string())?;
     eprintln!("bench: wrote {}", path.display());
+    Ok(())
+}
+
+/// `cargo xtask bench serve`: measures only the `serve` rows and puts them
+/// in place of the "Serving HTTP" section of `docs/benchmarks.md` (the
+/// other sections keep the run that wrote them; this section says its own).
+pub fn run_serve(
+    root: &Path,
+    host_bin: &Path,
+    native: &Path,
+    wasmtime: &Path,
+    postgres_url: &str,
+) -> Result<()> {
+    let guests = crate::target_dir().join("guests");
+    let section = crate::bench_serve::section(host_bin, native, wasmtime, &guests, postgres_url)?;
+    let path = root.join("docs/benchmarks.md");
+    let old = std::fs::read_to_string(&path).map_err(|e| e.to_string())?;
+    let kept = match old.find("## Serving HTTP") {
+        Some(at) => old[..at].to_string(),
+        None => format!("{}\n", old.trim_end()),
+    };
+    let stamp = format!(
+        "These rows were measured on {} by `cargo xtask bench serve`, apart from the rest of this file.\n\n",
+        machine()
+    );
+    let section = section.replacen("\n\n", &format!("\n\n{stamp}"), 1);
+    std::fs::write(&path, kept + &section).map_err(|e| e.to_string())?;
+    eprintln!("bench: wrote the serve rows into {}", path.display());
     Ok(())
 }

@@ -43,6 +43,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 mod bench;
+mod bench_serve;
 mod c_guests;
 mod js_guests;
 
@@ -64,11 +65,11 @@ fn main() -> ExitCode {
         Some("powerloss") => powerloss(&args[1..]),
         Some("vendor-wit") => vendor_wit(args.get(1).map(String::as_str) == Some("--check")),
         Some("vendor-turso") => vendor_turso(args.get(1).map(String::as_str) == Some("--check")),
-        Some("bench") => bench(),
+        Some("bench") => bench(args.get(1).map(String::as_str) == Some("serve")),
         Some("postgres") => postgres(),
         _ => {
             eprintln!(
-                "usage: cargo xtask <guests|demo|test [cargo test args…]|soak [runs] [seconds] [filter]|powerloss [cuts]|bench|postgres|vendor-wit [--check]>"
+                "usage: cargo xtask <guests|demo|test [cargo test args…]|soak [runs] [seconds] [filter]|powerloss [cuts]|bench [serve]|postgres|vendor-wit [--check]>"
             );
             return ExitCode::from(2);
         }
@@ -177,17 +178,25 @@ fn guests() -> Result<PathBuf> {
             "--target-dir",
         ])
         .arg(crate::target_dir().join("wasm")))?;
-    // Every guest crate with a `main` is a component named after its
-    // package: the crates under guest/ and the contract guests under
+    // Every guest crate with a `main` (a command) or a `cdylib` library
+    // (an HTTP handler) is a component named after its package: the crates
+    // under guest/ and the contract guests under
     // guest/contract/<interface>/rust.
-    let mut rust_guests: Vec<String> = guest_dirs(&root, "rust")?
-        .iter()
-        .filter(|p| p.join("src/main.rs").exists())
-        .map(|p| package_name(p))
-        .collect::<Result<_>>()?;
+    let mut rust_guests: Vec<(String, String)> = Vec::new();
+    for dir in guest_dirs(&root, "rust")? {
+        let name = if dir.join("src/main.rs").exists() {
+            package_name(&dir)?
+        } else if dir.join("src/lib.rs").exists() && is_cdylib(&dir)? {
+            package_name(&dir)?.replace('-', "_")
+        } else {
+            continue;
+        };
+        rust_guests.push((name, package_name(&dir)?));
+    }
     rust_guests.sort();
-    for name in &rust_guests {
-        let built = crate::target_dir().join(format!("wasm/wasm32-wasip2/release/{name}.wasm"));
+    for (built_name, name) in &rust_guests {
+        let built =
+            crate::target_dir().join(format!("wasm/wasm32-wasip2/release/{built_name}.wasm"));
         std::fs::copy(&built, out.join(format!("{name}.wasm")))
             .map_err(|e| format!("cannot copy {}: {e}", built.display()))?;
     }
@@ -270,6 +279,15 @@ fn guest_dirs(root: &Path, lang: &str) -> Result<Vec<PathBuf>> {
             .filter(|p| p.is_dir()),
     );
     Ok(dirs)
+}
+
+/// Whether the crate in `dir` builds a `cdylib` (a component exporting
+/// what its library exports, such as an HTTP handler).
+fn is_cdylib(dir: &Path) -> Result<bool> {
+    let manifest = dir.join("Cargo.toml");
+    let text =
+        std::fs::read_to_string(&manifest).map_err(|e| format!("{}: {e}", manifest.display()))?;
+    Ok(text.contains("\"cdylib\""))
 }
 
 /// The package name in `dir/Cargo.toml`.
@@ -485,9 +503,12 @@ fn powerloss(args: &[String]) -> Result<()> {
         .args(["--test-threads", "1", "--nocapture"]))
 }
 
-fn bench() -> Result<()> {
+fn bench(only_serve: bool) -> Result<()> {
     let (host, native, wasmtime) = bench_tools()?;
     let (postgres, _cluster) = test_postgres()?;
+    if only_serve {
+        return bench::run_serve(&root(), &host, &native, &wasmtime, &postgres);
+    }
     bench::run(&root(), &host, &native, &wasmtime, &postgres)
 }
 
@@ -520,7 +541,12 @@ fn vendor_wit(check: bool) -> Result<()> {
         .split("\"manifest_path\":\"")
         .skip(1)
         .filter_map(|rest| rest.split('"').next())
-        .find(|p| p.contains("/wasmtime-wasi-") && p.ends_with("/Cargo.toml"))
+        .find(|p| {
+            p.ends_with("/Cargo.toml")
+                && p.split("/wasmtime-wasi-")
+                    .nth(1)
+                    .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit()))
+        })
         .ok_or("wasmtime-wasi not found in `cargo metadata`")?;
     let source = Path::new(manifest)
         .parent()
@@ -542,11 +568,33 @@ fn vendor_wit(check: bool) -> Result<()> {
             eprintln!("xtask: vendored {}", to.display());
         }
     }
+    // wasi:http, from the wasmtime-wasi-http release of the same number.
+    let http_manifest = metadata
+        .split("\"manifest_path\":\"")
+        .skip(1)
+        .filter_map(|rest| rest.split('"').next())
+        .find(|p| p.contains("/wasmtime-wasi-http-") && p.ends_with("/Cargo.toml"))
+        .ok_or("wasmtime-wasi-http not found in `cargo metadata`")?;
+    let from = Path::new(http_manifest)
+        .parent()
+        .unwrap()
+        .join("wit/deps/http.wit");
+    let to = root.join("wit/deps/http/http.wit");
+    let want = std::fs::read(&from).map_err(|e| format!("{}: {e}", from.display()))?;
+    if std::fs::read(&to).ok().as_deref() != Some(want.as_slice()) {
+        if check {
+            stale.push(to.display().to_string());
+        } else {
+            std::fs::create_dir_all(to.parent().unwrap()).map_err(|e| e.to_string())?;
+            std::fs::write(&to, want).map_err(|e| e.to_string())?;
+            eprintln!("xtask: vendored {}", to.display());
+        }
+    }
     if stale.is_empty() {
         Ok(())
     } else {
         Err(format!(
-            "wit/deps differs from the pinned wasmtime-wasi ({}); run `cargo xtask vendor-wit`",
+            "wit/deps differs from the pinned wasmtime-wasi and wasmtime-wasi-http ({}); run `cargo xtask vendor-wit`",
             stale.join(", ")
         ))
     }

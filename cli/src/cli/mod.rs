@@ -1,12 +1,15 @@
 //! Command-line interface of `alk-host`.
 
+mod guest;
 mod run;
 mod schedules;
+mod serve;
 
 use std::path::PathBuf;
 
 pub use run::{CompileCommand, MigrateCommand, RunCommand};
 pub use schedules::SchedulesCommand;
+pub use serve::ServeCommand;
 
 /// A WebAssembly component host with durable, shared key-value storage,
 /// queues, streams, locks and notifications for its guests.
@@ -22,6 +25,9 @@ pub struct Cli {
 pub enum Command {
     /// Run a WebAssembly command component (one that exports `wasi:cli/run`).
     Run(RunCommand),
+    /// Serve an HTTP handler component (one that exports
+    /// `wasi:http/incoming-handler`).
+    Serve(ServeCommand),
     /// Compile a component ahead of time into the compilation cache, so
     /// later `run`s (in any process) start without compiling.
     Compile(CompileCommand),

@@ -11,7 +11,8 @@ use alk_host::{AlkCtx, AlkError, Durability, Engine, SystemClock};
 
 use tokio::signal::unix::{SignalKind, signal};
 
-use super::run::{HOST_FAILURE, bare, connect, one_line};
+use super::guest::{bare, connect};
+use super::run::{HOST_FAILURE, one_line};
 
 /// Run the scheduler, or list the schedules.
 #[derive(Debug, clap::Args)]

@@ -134,13 +134,40 @@ impl Runner {
     /// the component's bytes and the engine's configuration) and written
     /// atomically, so processes can share the directory.
     pub fn with_cache(cache_dir: Option<&Path>) -> wasmtime::Result<Self> {
-        let mut config = Config::new();
-        if let Some(dir) = cache_dir {
-            let mut cache = wasmtime::CacheConfig::new();
-            cache.with_directory(dir);
-            config.cache(Some(wasmtime::Cache::new(cache)?));
+        Self::build(base_config(cache_dir)?)
+    }
+
+    /// A runner made for serving ([`Runner::bind`]): instances come from a
+    /// pool of pre-reserved memories and tables, so an instance per request
+    /// costs little (what `wasmtime serve` does too), sized for
+    /// `max_concurrent_requests` instances at once. Where the machine
+    /// cannot reserve the pool's address space it is the plain runner.
+    pub fn for_serving(
+        cache_dir: Option<&Path>,
+        max_concurrent_requests: usize,
+    ) -> wasmtime::Result<Self> {
+        if pool_fits() {
+            let n = u32::try_from(max_concurrent_requests.max(1)).unwrap_or(u32::MAX);
+            let mut pool = wasmtime::PoolingAllocationConfig::default();
+            // A component holds several core instances, memories and tables
+            // (its adapters, a language runtime's own); room for each
+            // request's whole component, twice over.
+            pool.total_component_instances(n.saturating_mul(2).max(1000))
+                .total_core_instances(n.saturating_mul(40).max(1000))
+                .total_memories(n.saturating_mul(4).max(1000))
+                .total_tables(n.saturating_mul(8).max(1000))
+                .total_stacks(n.saturating_mul(2).max(1000));
+            let mut config = base_config(cache_dir)?;
+            config.allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pool));
+            match Self::build(config) {
+                Ok(runner) => return Ok(runner),
+                Err(e) => tracing::debug!(target: "alk", "no instance pool ({e}); serving without"),
+            }
         }
-        config.epoch_interruption(true);
+        Self::with_cache(cache_dir)
+    }
+
+    fn build(config: Config) -> wasmtime::Result<Self> {
         let engine = Engine::new(&config)?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
@@ -294,6 +321,34 @@ impl Runner {
             stderr: stderr.map(|p| p.contents().to_vec()).unwrap_or_default(),
         })
     }
+}
+
+/// The engine configuration every runner starts from: the compilation
+/// cache in `cache_dir`, epoch interruption for time limits.
+fn base_config(cache_dir: Option<&Path>) -> wasmtime::Result<Config> {
+    let mut config = Config::new();
+    if let Some(dir) = cache_dir {
+        let mut cache = wasmtime::CacheConfig::new();
+        cache.with_directory(dir);
+        config.cache(Some(wasmtime::Cache::new(cache)?));
+    }
+    config.epoch_interruption(true);
+    Ok(config)
+}
+
+/// Whether this machine can reserve the address space of an instance pool
+/// (thousands of linear memories' reservations: about 42 bits). Some
+/// systems offer only 39 bits; there the pool cannot be made.
+fn pool_fits() -> bool {
+    let mut config = Config::new();
+    config.wasm_memory64(true);
+    config.memory_reservation(1 << 42);
+    let Ok(engine) = Engine::new(&config) else {
+        return false;
+    };
+    let mut store = Store::new(&engine, ());
+    let ty = wasmtime::MemoryType::new64(0, Some(1 << (42 - 16)));
+    wasmtime::Memory::new(&mut store, ty).is_ok()
 }
 
 /// A guest's WASI context: `env` (nothing inherited), `dirs` preopened

@@ -419,3 +419,60 @@ fn a_bounded_load_sheds_what_it_cannot_take_and_counts_the_rest() {
     assert!(counted > 0);
     assert_eq!(request(addr, "GET", "/count/load"), (200, format!("{counted}\n")));
 }
+
+/// `alk-host run` has the same policy: a command's socket and outgoing
+/// request are refused (errors it prints, not traps) until allowed.
+#[test]
+fn a_command_reaches_the_network_only_when_allowed() {
+    let up = upstream();
+    let dir = tempfile::tempdir().unwrap();
+    let up = up.to_string();
+    let run = |extra: &[&str], args: &[&str]| {
+        let out = common::run_cli("net-tool", dir.path(), extra, args);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    let got = run(&[], &["connect", &up]);
+    assert!(got.starts_with("connect failed"), "{got}");
+    let got = run(&[], &["fetch", &up]);
+    assert!(got.contains("HttpRequestDenied"), "{got}");
+    assert_eq!(run(&["-S", "inherit-network"], &["connect", &up]), "connected\n");
+    assert_eq!(run(&["-S", "http"], &["fetch", &up]), "upstream answered 204\n");
+    // Sockets and outgoing HTTP are separate permissions.
+    let got = run(&["-S", "http"], &["connect", &up]);
+    assert!(got.starts_with("connect failed"), "{got}");
+}
+
+/// The Python handler through the library: an embedder serving its
+/// plugins over HTTP in one call, on the memory engine.
+#[test]
+fn a_python_handler_serves_through_the_library() {
+    let rt = runtime();
+    rt.block_on(async {
+        let engine: Arc<dyn alk_host::Engine> = Arc::new(alk_host::MemoryEngine::new());
+        let ctx = alk_host::AlkCtx::builder().engine(engine).build();
+        let opts = ServeOptions {
+            addr: "127.0.0.1:0".parse().unwrap(),
+            ..ServeOptions::default()
+        };
+        let server = common::runner()
+            .bind(&common::component("http-py"), ctx, &opts)
+            .await
+            .expect("bind");
+        let addr = server.local_addr();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let serving = tokio::spawn(server.run(async {
+            let _ = stopped.await;
+        }));
+        assert_eq!(
+            request_async(addr, "POST", "/guestbook", "library").await,
+            (200, "1\n".into())
+        );
+        assert_eq!(
+            request_async(addr, "GET", "/guestbook", "").await,
+            (200, "1\n".into())
+        );
+        let _ = stop.send(());
+        serving.await.unwrap().expect("served");
+    });
+}

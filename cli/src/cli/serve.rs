@@ -78,7 +78,10 @@ impl ServeCommand {
             .build()?;
         runtime.block_on(async {
             let alk = self.guest.context().await?;
-            let runner = Runner::with_cache(self.guest.cache.dir().as_deref())?;
+            let runner = Runner::for_serving(
+                self.guest.cache.dir().as_deref(),
+                opts.max_concurrent_requests,
+            )?;
             let component = runner.load(&self.component)?;
             let server = runner.bind(&component, alk, &opts).await?;
             // As `wasmtime serve` says it.

@@ -163,7 +163,9 @@ fn misbehaving_handlers_end_only_their_own_request() {
     rt.block_on(async {
         let opts = ServeOptions {
             addr: "127.0.0.1:0".parse().unwrap(),
-            request_timeout: Some(Duration::from_millis(500)),
+            // Long enough for any machine to start an instance and trap;
+            // the loop and the sleep outlast it by far.
+            request_timeout: Some(Duration::from_secs(2)),
             max_memory_bytes: Some(64 << 20),
             ..ServeOptions::default()
         };
@@ -182,7 +184,7 @@ fn misbehaving_handlers_end_only_their_own_request() {
         let (status, body) = request_async(addr, "GET", "/loop", "").await;
         assert_eq!(status, 503, "{body}");
         assert!(body.contains("time limit"), "{body}");
-        let (status, body) = request_async(addr, "GET", "/sleep/5000", "").await;
+        let (status, body) = request_async(addr, "GET", "/sleep/600000", "").await;
         assert_eq!(status, 503, "{body}");
         assert_eq!(request_async(addr, "GET", "/", "").await, (200, "hello\n".into()));
         assert_eq!(
@@ -247,9 +249,14 @@ fn a_shutdown_finishes_the_requests_in_flight() {
     let dir = tempfile::tempdir().unwrap();
     let server = Serving::start("http-guest", dir.path(), &[]);
     let addr = server.addr;
-    let slow = std::thread::spawn(move || request(addr, "GET", "/sleep/1500"));
-    // The request is in flight before the signal.
-    std::thread::sleep(Duration::from_millis(500));
+    let slow = std::thread::spawn(move || request(addr, "GET", "/sleep/3000"));
+    // The signal comes once the handler is running (it counts itself
+    // before it sleeps), however long the machine took to get there.
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while request(addr, "GET", "/count/sleeping") != (200, "1\n".into()) {
+        assert!(std::time::Instant::now() < deadline, "the slow request never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let (status, printed) = server.stop();
     assert!(status.success(), "{status}: {printed}");
     assert_eq!(slow.join().unwrap(), (200, "slept\n".into()));

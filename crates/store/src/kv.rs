@@ -205,6 +205,33 @@ pub fn cursor_key(cursor: &str, prefix: &str) -> AlkResult<String> {
     Ok(key)
 }
 
+/// The turn of this process's increments of `key` in bucket `bucket`: one
+/// at a time per key. The table keeps only keys being incremented (entries
+/// whose lock nobody holds are pruned as it grows).
+async fn increment_turn(bucket: &str, key: &str) -> tokio::sync::OwnedMutexGuard<()> {
+    type Turns = std::collections::HashMap<(String, String), std::sync::Weak<tokio::sync::Mutex<()>>>;
+    static TURNS: std::sync::OnceLock<std::sync::Mutex<Turns>> = std::sync::OnceLock::new();
+    let lock = {
+        let mut turns = TURNS
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if turns.len() >= 1024 {
+            turns.retain(|_, w| w.strong_count() > 0);
+        }
+        let name = (bucket.to_string(), key.to_string());
+        match turns.get(&name).and_then(std::sync::Weak::upgrade) {
+            Some(lock) => lock,
+            None => {
+                let lock = Arc::new(tokio::sync::Mutex::new(()));
+                turns.insert(name, Arc::downgrade(&lock));
+                lock
+            }
+        }
+    };
+    lock.lock_owned().await
+}
+
 /// A number below `n` from the clock's nanoseconds: enough to spread
 /// retries of racing writers apart.
 fn clock_jitter(n: u64) -> u64 {
@@ -378,7 +405,9 @@ impl Bucket {
     /// outside `range`, is `invalid-argument` and changes nothing. The
     /// update is a compare-and-swap, retried while other writers change the
     /// key in between: increments from any number of processes all count.
-    /// The counter loses any TTL the key had.
+    /// The counter loses any TTL the key had. Increments of one key made in
+    /// this process take turns, so they never lose their swaps to each
+    /// other (only to other processes'), however many run at once.
     pub async fn increment(
         &self,
         key: &str,
@@ -387,6 +416,7 @@ impl Bucket {
         clock: &dyn Clock,
     ) -> AlkResult<i128> {
         self.check_key(key)?;
+        let _turn = increment_turn(&self.name, key).await;
         for attempt in 0..MAX_INCREMENT_ATTEMPTS {
             let (current, expected) = self.read_for_swap(key, clock.now_ms()).await?;
             let old: i128 = match &current {

@@ -9,8 +9,8 @@
 //!   and answers the message id;
 //! - `GET /env/<name>` — the value of an environment variable;
 //! - `GET /trap`, `GET /loop`, `GET /sleep/<ms>` — a handler that traps,
-//!   one that computes forever, one that sleeps (the server's limits stop
-//!   them);
+//!   one that computes forever, one that sleeps (counting itself in
+//!   counter `sleeping` first; the server's limits stop them);
 //! - `GET /connect/<host:port>` — opens a TCP connection and answers
 //!   `connected` or the WASI error (sockets are denied unless the server
 //!   allows the network);
@@ -81,6 +81,8 @@ fn route(method: &Method, path: &str, request: &IncomingRequest) -> (u16, String
             }
         }
         (Method::Get, ["sleep", ms]) => {
+            // Counted before it sleeps, so a caller can see it is in flight.
+            let _ = count("sleeping", 1);
             let ms: u64 = ms.parse().unwrap_or(1_000);
             std::thread::sleep(std::time::Duration::from_millis(ms));
             (200, "slept\n".into())

@@ -26,6 +26,10 @@ WHERE name = $1 AND owner = $2 AND token = $3 AND expires_at > $4";
 /// The live holder of a lock.
 pub const L_HOLDER: &str = "SELECT owner, expires_at, token FROM alk.locks \
 WHERE name = $1 AND owner IS NOT NULL AND expires_at > $2";
+/// A page of the locks held at `$2`, by name after `$1` (`''` for the
+/// first page), at most `$3`: a range of the primary key.
+pub const L_HOLDERS: &str = "SELECT name, owner, expires_at, token FROM alk.locks \
+WHERE name > $1 AND owner IS NOT NULL AND expires_at > $2 ORDER BY name LIMIT $3";
 
 /// The locks of a schema.
 pub(crate) struct PgLocks {
@@ -34,6 +38,7 @@ pub(crate) struct PgLocks {
     renew: String,
     release: String,
     holder: String,
+    holders: String,
 }
 
 impl PgLocks {
@@ -44,6 +49,7 @@ impl PgLocks {
             renew: s.get(L_RENEW),
             release: s.get(L_RELEASE),
             holder: s.get(L_HOLDER),
+            holders: s.get(L_HOLDERS),
             inner,
         }
     }
@@ -113,6 +119,47 @@ impl LockEngine for PgLocks {
     async fn release(&self, lock: &Acquired, now: i64) -> AlkResult<bool> {
         let now = self.inner.clock.to_db(now);
         self.change(&self.release, lock, &[now]).await
+    }
+
+    async fn holders(
+        &self,
+        after: Option<&str>,
+        max: u32,
+        now: i64,
+    ) -> AlkResult<Vec<(String, Holder)>> {
+        let now = self.inner.clock.to_db(now);
+        let (sql, after, limit) = (&self.holders, after.unwrap_or(""), i64::from(max));
+        let found = self
+            .inner
+            .run(|c| {
+                Box::pin(async move {
+                    let stmt = c.prepare_cached(sql).await?;
+                    let mut out = Vec::new();
+                    for row in c.query(&stmt, &[&after, &now, &limit]).await? {
+                        out.push((
+                            row.try_get::<_, String>(0)?,
+                            row.try_get::<_, String>(1)?,
+                            row.try_get::<_, i64>(2)?,
+                            row.try_get::<_, i64>(3)?,
+                        ));
+                    }
+                    Ok(out)
+                })
+            })
+            .await?;
+        Ok(found
+            .into_iter()
+            .map(|(name, owner, expires_at, token)| {
+                (
+                    name,
+                    Holder {
+                        owner,
+                        expires_at: self.inner.clock.to_host(expires_at),
+                        token: u64::try_from(token).unwrap_or(0),
+                    },
+                )
+            })
+            .collect())
     }
 
     async fn holder(&self, name: &str, now: i64) -> AlkResult<Option<Holder>> {

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use alk_store::jobs::{
     Beat, EXPIRED_ERROR, JobInfo, JobState, Retried, RetryDelay, Stamp, lapsed_error,
 };
-use alk_store::queue::{AckedBatch, Delivery, Payload, QueueEngine, Receipt, Settled};
+use alk_store::queue::{AckedBatch, Delivery, Payload, QueueEngine, QueueStats, Receipt, Settled};
 use alk_store::{AlkError, AlkResult};
 use async_trait::async_trait;
 use deadpool_postgres::GenericClient;
@@ -202,6 +202,12 @@ pub const Q_PURGE_GROUPS: &str =
     "DELETE FROM alk.groups WHERE queue = $1 AND group_key <> ''::bytea";
 /// When the next message becomes due.
 pub const Q_NEXT_VISIBLE: &str = "SELECT min(visible_at) FROM alk.messages WHERE queue = $1";
+/// The counts of queue `$1` at `$2`, in one statement (one snapshot): due
+/// messages and the oldest one's send time, in flight, delayed (each a
+/// range of `messages_visible`), dead letters, groups with messages (the
+/// row `''` is the messages without a group), groups with a message in
+/// flight.
+pub const Q_STATS: &str = "SELECT (SELECT count(*) FROM alk.messages WHERE queue = $1 AND visible_at <= $2), (SELECT min(enqueued_at) FROM alk.messages WHERE queue = $1 AND visible_at <= $2), (SELECT count(*) FROM alk.messages WHERE queue = $1 AND visible_at > $2 AND receipt_handle IS NOT NULL), (SELECT count(*) FROM alk.messages WHERE queue = $1 AND visible_at > $2 AND receipt_handle IS NULL), (SELECT count(*) FROM alk.dead WHERE queue = $1), (SELECT count(*) FROM alk.groups WHERE queue = $1 AND group_key <> ''::bytea), (SELECT count(DISTINCT group_key) FROM alk.messages WHERE queue = $1 AND visible_at > $2 AND receipt_handle IS NOT NULL AND group_key IS NOT NULL)";
 /// Deletes every message of a queue (its ids are never reused).
 pub const Q_PURGE: &str = "DELETE FROM alk.messages WHERE queue = $1";
 
@@ -239,6 +245,7 @@ struct Statements {
     purge_groups: String,
     next_visible: String,
     purge: String,
+    stats: String,
 }
 
 /// One queue.
@@ -412,6 +419,7 @@ impl PgQueue {
             purge_groups: s.get(Q_PURGE_GROUPS),
             next_visible: s.get(Q_NEXT_VISIBLE),
             purge: s.get(Q_PURGE),
+            stats: s.get(Q_STATS),
         };
         PgQueue {
             sql,
@@ -1246,6 +1254,36 @@ impl QueueEngine for PgQueue {
         let (queue, purge_dead) = (&self.name, &self.sql.purge_dead);
         self.inner
             .run(|c| Box::pin(async move { exec(&*c, purge_dead, &[queue]).await }))
+            .await
+    }
+
+    async fn stats(&self, now: i64) -> AlkResult<QueueStats> {
+        let clock = &self.inner.clock;
+        let now_db = clock.to_db(now);
+        let (queue, stats) = (&self.name, &self.sql.stats);
+        self.inner
+            .run(|c| {
+                Box::pin(async move {
+                    let found = rows(&*c, stats, &[queue, &now_db]).await?;
+                    let row = found.first().ok_or_else(|| {
+                        Fail::Alk(AlkError::Internal("the statistics returned no row".into()))
+                    })?;
+                    let n = |i: usize| -> Result<u64, Fail> {
+                        Ok(row.try_get::<_, i64>(i)?.max(0) as u64)
+                    };
+                    Ok(QueueStats {
+                        waiting: n(0)?,
+                        oldest_waiting_enqueued_at: row
+                            .try_get::<_, Option<i64>>(1)?
+                            .map(|t| clock.to_host(t)),
+                        in_flight: n(2)?,
+                        delayed: n(3)?,
+                        dead: n(4)?,
+                        groups: n(5)?,
+                        groups_in_flight: n(6)?,
+                    })
+                })
+            })
             .await
     }
 }

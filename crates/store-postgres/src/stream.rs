@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use alk_store::limits::page;
-use alk_store::stream::{Event, StreamEngine};
+use alk_store::stream::{ConsumerLag, Event, StreamEngine, StreamInfo};
 use alk_store::{AlkError, AlkResult};
 use async_trait::async_trait;
 use deadpool_postgres::GenericClient;
@@ -42,6 +42,11 @@ pub const S_GET_OFFSET: &str =
     "SELECT seq FROM alk.consumer_offsets WHERE stream = $1 AND consumer = $2";
 /// Deletes the events at or below a horizon.
 pub const S_TRIM: &str = "DELETE FROM alk.events WHERE stream = $1 AND seq <= $2";
+/// A stream's last assigned and lowest stored offsets, each from a primary
+/// key.
+pub const S_INFO: &str = "SELECT (SELECT last_offset FROM alk.streams WHERE stream = $1), (SELECT min(seq) FROM alk.events WHERE stream = $1)";
+/// Up to `$2` saved offsets of a stream, by consumer.
+pub const S_CONSUMERS: &str = "SELECT consumer, seq FROM alk.consumer_offsets WHERE stream = $1 ORDER BY consumer LIMIT $2";
 
 /// The statements of the stream store, for one schema.
 pub(crate) struct Statements {
@@ -51,6 +56,8 @@ pub(crate) struct Statements {
     save: String,
     get_offset: String,
     trim: String,
+    info: String,
+    consumers: String,
     /// The queue store's send, for sends inside a transaction.
     pub(crate) send: String,
 }
@@ -71,6 +78,8 @@ impl PgStreams {
             save: s.get(S_SAVE),
             get_offset: s.get(S_GET_OFFSET),
             trim: s.get(S_TRIM),
+            info: s.get(S_INFO),
+            consumers: s.get(S_CONSUMERS),
             send: s.get(Q_SEND),
         });
         PgStreams { inner, sql }
@@ -243,6 +252,33 @@ impl StreamEngine for PgStreams {
                         Some(row) => Some(offset(row.try_get(0)?)),
                         None => None,
                     })
+                })
+            })
+            .await
+    }
+
+    async fn info(&self, stream: &str, max_consumers: u32) -> AlkResult<StreamInfo> {
+        let (info, consumers) = (&self.sql.info, &self.sql.consumers);
+        let limit = i64::from(max_consumers);
+        self.inner
+            .run(|c| {
+                Box::pin(async move {
+                    let stmt = c.prepare_cached(info).await?;
+                    let row = c.query_one(&stmt, &[&stream]).await?;
+                    let mut out = StreamInfo {
+                        last: row.try_get::<_, Option<i64>>(0)?.unwrap_or(0).max(0) as u64,
+                        first: row.try_get::<_, Option<i64>>(1)?.map(|n| n.max(0) as u64),
+                        consumers: Vec::new(),
+                    };
+                    let stmt = c.prepare_cached(consumers).await?;
+                    for row in c.query(&stmt, &[&stream, &limit]).await? {
+                        out.consumers.push(ConsumerLag {
+                            consumer: row.try_get(0)?,
+                            offset: row.try_get::<_, i64>(1)?.max(0) as u64,
+                            lag: 0,
+                        });
+                    }
+                    Ok(out)
                 })
             })
             .await

@@ -282,6 +282,8 @@ mod conformance {
             queue_ack_batch_reports_each_receipt,
             queue_receipts_of_another_queue_are_stale_there,
             queue_receive_wait_wakes_on_a_send,
+            queue_stats_count_waiting_and_in_flight,
+            queue_stats_hold_under_concurrent_writers,
         );
     }
 

@@ -56,6 +56,10 @@ WHERE name = ?1 AND owner = ?2 AND token = ?3 AND expires_at > ?4";
 /// The live holder of a lock.
 pub const HOLDER: &str = "SELECT owner, expires_at, token FROM locks \
 WHERE name = ?1 AND owner IS NOT NULL AND expires_at > ?2";
+/// A page of the locks held at `?2`, by name after `?1` (`''` for the
+/// first page: names are never empty), from the primary key.
+pub const HOLDERS: &str = "SELECT name, owner, expires_at, token FROM locks \
+WHERE name > ?1 AND owner IS NOT NULL AND expires_at > ?2 ORDER BY name LIMIT ?3";
 
 /// The lock store of a data directory.
 #[derive(Debug, Clone)]
@@ -128,6 +132,43 @@ impl LockEngine for LockStore {
             .await
     }
 
+    async fn holders(
+        &self,
+        after: Option<&str>,
+        max: u32,
+        now: i64,
+    ) -> AlkResult<Vec<(String, Holder)>> {
+        let path = self.store.path();
+        let after = after.unwrap_or("");
+        self.store
+            .run(|conn: Connection| {
+                Box::pin(async move {
+                    let mut rows = query(&conn, HOLDERS, (after, now, i64::from(max))).await?;
+                    let mut found = Vec::new();
+                    while let Some(row) = rows.next().await? {
+                        let (Value::Text(name), Value::Text(owner)) =
+                            (row.get_value(0)?, row.get_value(1)?)
+                        else {
+                            return Err(Failure::Alk(AlkError::Internal(format!(
+                                "{}: a held lock has a name or owner that is not text; the store is corrupt",
+                                path.display()
+                            ))));
+                        };
+                        found.push((
+                            name,
+                            Holder {
+                                owner,
+                                expires_at: row.get::<i64>(2)?,
+                                token: row.get::<i64>(3)? as u64,
+                            },
+                        ));
+                    }
+                    Ok(found)
+                })
+            })
+            .await
+    }
+
     async fn holder(&self, name: &str, now: i64) -> AlkResult<Option<Holder>> {
         let path = self.store.path();
         self.store
@@ -189,6 +230,7 @@ mod tests {
                 ("RENEW", RENEW),
                 ("RELEASE", RELEASE),
                 ("HOLDER", HOLDER),
+                ("HOLDERS", HOLDERS),
             ],
         );
     }

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use alk_store::jobs::{
     Beat, EXPIRED_ERROR, JobInfo, JobState, Retried, RetryDelay, Stamp, lapsed_error,
 };
-use alk_store::queue::{AckedBatch, Delivery, Payload, QueueEngine, Receipt, Settled};
+use alk_store::queue::{AckedBatch, Delivery, Payload, QueueEngine, QueueStats, Receipt, Settled};
 use alk_store::{AlkError, AlkResult};
 use async_trait::async_trait;
 use turso::{Connection, Value};
@@ -172,6 +172,11 @@ pub const EXISTING: &str = "SELECT id FROM messages WHERE id IN (SELECT value FR
 pub const PURGE: &str = "DELETE FROM messages";
 /// When the next message becomes due (a waiting receive sleeps until then).
 pub const NEXT_VISIBLE: &str = "SELECT visible_at FROM messages ORDER BY visible_at LIMIT 1";
+/// The counts of a queue at `?1`, in one statement (one snapshot), each
+/// from a range of `idx_messages_visible`: waiting (due), the oldest
+/// waiting message's send time, in flight (not due, delivered), delayed
+/// (not due, not delivered).
+pub const STATS: &str = "SELECT (SELECT COUNT(*) FROM messages INDEXED BY idx_messages_visible WHERE visible_at <= ?1), (SELECT MIN(enqueued_at) FROM messages INDEXED BY idx_messages_visible WHERE visible_at <= ?1), (SELECT COUNT(*) FROM messages INDEXED BY idx_messages_visible WHERE visible_at > ?1 AND receipt_handle IS NOT NULL), (SELECT COUNT(*) FROM messages INDEXED BY idx_messages_visible WHERE visible_at > ?1 AND receipt_handle IS NULL)";
 
 /// `localqueue.v2`: appends a message with its options (`?4` its due time,
 /// which is also its ready time).
@@ -263,6 +268,10 @@ NULL, last_error FROM dead_letters WHERE id = ?1 RETURNING id, group_key, priori
 pub const PURGE_GROUPS: &str = "DELETE FROM message_groups WHERE group_key <> ''";
 /// Deletes every dead letter.
 pub const PURGE_DEAD: &str = "DELETE FROM dead_letters";
+/// [`STATS`] of a v2 file, and in the same statement the dead letters, the
+/// groups with messages (`''` is the messages without a group) and the
+/// groups with a message in flight.
+pub const STATS_V2: &str = "SELECT (SELECT COUNT(*) FROM messages INDEXED BY idx_messages_visible WHERE visible_at <= ?1), (SELECT MIN(enqueued_at) FROM messages INDEXED BY idx_messages_visible WHERE visible_at <= ?1), (SELECT COUNT(*) FROM messages INDEXED BY idx_messages_visible WHERE visible_at > ?1 AND receipt_handle IS NOT NULL), (SELECT COUNT(*) FROM messages INDEXED BY idx_messages_visible WHERE visible_at > ?1 AND receipt_handle IS NULL), (SELECT COUNT(*) FROM dead_letters), (SELECT COUNT(*) FROM message_groups WHERE group_key <> ''), (SELECT COUNT(*) FROM (SELECT DISTINCT group_key FROM messages INDEXED BY idx_messages_visible WHERE visible_at > ?1 AND receipt_handle IS NOT NULL AND group_key IS NOT NULL))";
 /// Whether the queue has any group (the lane's key `''` sorts first).
 pub const ANY_GROUP: &str = "SELECT id FROM message_groups WHERE group_key > '' LIMIT 1";
 
@@ -1359,6 +1368,44 @@ impl QueueEngine for QueueStore {
             .await
     }
 
+    async fn stats(&self, now: i64) -> AlkResult<QueueStats> {
+        let path = self.store.path();
+        self.store
+            .run_in(|conn: Connection, format| {
+                let v2 = is_v2(format);
+                Box::pin(async move {
+                    let mut rows = query(&conn, if v2 { STATS_V2 } else { STATS }, (now,)).await?;
+                    let mut found = None;
+                    while let Some(row) = rows.next().await? {
+                        let n = |i: usize| -> Result<u64, Failure> {
+                            match row.get_value(i)? {
+                                Value::Integer(n) if n >= 0 => Ok(n as u64),
+                                other => Err(Failure::Alk(AlkError::Internal(format!(
+                                    "{}: a count of the queue's statistics read {other:?}",
+                                    path.display()
+                                )))),
+                            }
+                        };
+                        let mut stats = QueueStats {
+                            waiting: n(0)?,
+                            oldest_waiting_enqueued_at: int_or_null(&row, 1)?,
+                            in_flight: n(2)?,
+                            delayed: n(3)?,
+                            ..QueueStats::default()
+                        };
+                        if v2 {
+                            stats.dead = n(4)?;
+                            stats.groups = n(5)?;
+                            stats.groups_in_flight = n(6)?;
+                        }
+                        found = Some(stats);
+                    }
+                    Ok(found.unwrap_or_default())
+                })
+            })
+            .await
+    }
+
     async fn purge_dead(&self) -> AlkResult<u64> {
         if !self.is_v2().await? {
             return Ok(0);
@@ -1446,6 +1493,7 @@ mod tests {
                 ("EXISTING", EXISTING),
                 ("PURGE", PURGE),
                 ("NEXT_VISIBLE", NEXT_VISIBLE),
+                ("STATS", STATS),
             ],
         );
     }
@@ -1629,6 +1677,7 @@ mod tests {
                 ("REDRIVE", REDRIVE),
                 ("PURGE_GROUPS", PURGE_GROUPS),
                 ("PURGE_DEAD", PURGE_DEAD),
+                ("STATS_V2", STATS_V2),
                 ("RELAYED", RELAYED),
                 ("SET_RELAYED", SET_RELAYED),
             ],
@@ -1689,6 +1738,27 @@ mod tests {
                 !plan.contains("SORTER") && !plan.contains("TEMP B-TREE"),
                 "{sql}: {plan}"
             );
+            assert!(
+                !plan.contains("SCAN messages |") && !plan.ends_with("SCAN messages"),
+                "{sql}: {plan}"
+            );
+        }
+    }
+
+    /// Every message count of the statistics is a range of
+    /// `idx_messages_visible`, never a pass over the table.
+    #[tokio::test]
+    async fn the_statistics_read_ranges_of_the_visibility_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let q = queue(dir.path()).await;
+        let v1 = StoreOptions {
+            new_queues: NewQueues::V1,
+            ..StoreOptions::default()
+        };
+        let old = QueueStore::open(dir.path(), "old", v1).await.unwrap();
+        for (q, sql) in [(&q, STATS_V2), (&old, STATS)] {
+            let plan = plan_of(q, sql, vec![Value::Integer(0)]).await;
+            assert!(plan.contains("idx_messages_visible"), "{sql}: {plan}");
             assert!(
                 !plan.contains("SCAN messages |") && !plan.ends_with("SCAN messages"),
                 "{sql}: {plan}"

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use alk_store::limits::Pager;
-use alk_store::stream::{Event, StreamEngine};
+use alk_store::stream::{ConsumerLag, Event, StreamEngine, StreamInfo};
 use alk_store::{AlkError, AlkResult};
 use async_trait::async_trait;
 use turso::{Connection, Value};
@@ -162,6 +162,13 @@ ON CONFLICT(stream, consumer) DO UPDATE SET seq = excluded.seq WHERE excluded.se
 pub const GET_OFFSET: &str = "SELECT seq FROM consumer_offsets WHERE stream = ?1 AND consumer = ?2";
 /// Deletes the events at or below a horizon.
 pub const TRIM: &str = "DELETE FROM events WHERE stream = ?1 AND seq <= ?2";
+/// A stream's last assigned offset and its lowest stored one, each a
+/// lookup of a primary key (`streams`; the first key of the stream in
+/// `events`).
+pub const INFO: &str = "SELECT (SELECT last_offset FROM streams WHERE stream = ?1), (SELECT MIN(seq) FROM events WHERE stream = ?1)";
+/// Up to `?2` saved offsets of a stream, by consumer (the primary key's
+/// range of the stream).
+pub const CONSUMERS: &str = "SELECT consumer, seq FROM consumer_offsets WHERE stream = ?1 ORDER BY consumer LIMIT ?2";
 
 /// The store's id: names it in the queues' relay marks.
 pub const STORE_ID: &str = "SELECT value FROM meta WHERE key = 'store_id'";
@@ -366,6 +373,44 @@ impl StreamEngine for StreamStore {
             .await
     }
 
+    async fn info(&self, stream: &str, max_consumers: u32) -> AlkResult<StreamInfo> {
+        let path = self.store.path();
+        self.store
+            .run(|conn: Connection| {
+                Box::pin(async move {
+                    let mut info = StreamInfo::default();
+                    let mut rows = query(&conn, INFO, (stream,)).await?;
+                    while let Some(row) = rows.next().await? {
+                        let offset = |i: usize| -> Result<Option<u64>, Failure> {
+                            match row.get_value(i)? {
+                                Value::Null => Ok(None),
+                                Value::Integer(n) if n >= 0 => Ok(Some(n as u64)),
+                                other => Err(corrupt(path, stream, "offset", &other)),
+                            }
+                        };
+                        info.last = offset(0)?.unwrap_or(0);
+                        info.first = offset(1)?;
+                    }
+                    drop(rows);
+                    let mut rows =
+                        query(&conn, CONSUMERS, (stream, i64::from(max_consumers))).await?;
+                    while let Some(row) = rows.next().await? {
+                        let consumer = match row.get_value(0)? {
+                            Value::Text(c) => c,
+                            other => return Err(corrupt(path, stream, "consumer", &other)),
+                        };
+                        info.consumers.push(ConsumerLag {
+                            consumer,
+                            offset: row.get::<i64>(1)?.max(0) as u64,
+                            lag: 0,
+                        });
+                    }
+                    Ok(info)
+                })
+            })
+            .await
+    }
+
     async fn trim_to(&self, stream: &str, horizon: u64) -> AlkResult<u64> {
         let horizon = horizon as i64;
         self.store
@@ -493,6 +538,8 @@ pub(crate) mod tests {
                 ("SCHEDULE_GET", SCHEDULE_GET),
                 ("SCHEDULE_LIST", SCHEDULE_LIST),
                 ("SCHEDULE_FIRE", SCHEDULE_FIRE),
+                ("INFO", INFO),
+                ("CONSUMERS", CONSUMERS),
             ],
         );
         // A new v2 file is the v1 DDL followed by the upgrade, which gives

@@ -61,7 +61,19 @@ pub trait LockEngine: Send + Sync {
 
     /// Who holds `name` at `now`.
     async fn holder(&self, name: &str, now: i64) -> AlkResult<Option<Holder>>;
+
+    /// Up to `max` locks held at `now` whose names come after `after`
+    /// (from the first when `None`), by name, with their holders.
+    async fn holders(
+        &self,
+        after: Option<&str>,
+        max: u32,
+        now: i64,
+    ) -> AlkResult<Vec<(String, Holder)>>;
 }
+
+/// The most locks one [`Locks::holders`] page lists.
+pub const MAX_HOLDERS_LISTED: u32 = 1000;
 
 /// Checks a lock owner: non-empty, at most [`MAX_OWNER_BYTES`], no NUL.
 pub fn check_owner(owner: &str) -> AlkResult<()> {
@@ -177,5 +189,21 @@ impl Locks {
     pub async fn holder(&self, name: &str, now: i64) -> AlkResult<Option<Holder>> {
         check_name("lock", name)?;
         self.engine.holder(name, now).await
+    }
+
+    /// Up to `max` (clamped to 1..=[`MAX_HOLDERS_LISTED`]) locks held at
+    /// `now`, by name, after `after` (the last name of the previous page).
+    pub async fn holders(
+        &self,
+        after: Option<&str>,
+        max: u32,
+        now: i64,
+    ) -> AlkResult<Vec<(String, Holder)>> {
+        if let Some(after) = after {
+            check_name("lock", after)?;
+        }
+        self.engine
+            .holders(after, max.clamp(1, MAX_HOLDERS_LISTED), now)
+            .await
     }
 }

@@ -133,6 +133,28 @@ impl AckedBatch {
     }
 }
 
+/// How many messages a queue holds, by state, at one moment (what the
+/// engine saw in one read).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueStats {
+    /// Due and not in flight: a claim now would get them (or bury them,
+    /// when expired or out of attempts).
+    pub waiting: u64,
+    /// Not due yet and never delivered since they were last made due: sent
+    /// with a delay, or retried with one.
+    pub delayed: u64,
+    /// Delivered, with their delivery's deadline still ahead.
+    pub in_flight: u64,
+    /// In the dead letters.
+    pub dead: u64,
+    /// When the oldest waiting message was sent (epoch milliseconds).
+    pub oldest_waiting_enqueued_at: Option<i64>,
+    /// Groups with at least one message.
+    pub groups: u64,
+    /// Groups with a message in flight.
+    pub groups_in_flight: u64,
+}
+
 /// The most dead letters one listing returns (each is up to 64 KiB).
 pub const MAX_DEAD_PAGE: u32 = 100;
 
@@ -240,6 +262,13 @@ pub trait QueueEngine: Send + Sync {
 
     /// Deletes every dead letter; how many.
     async fn purge_dead(&self) -> AlkResult<u64>;
+
+    /// The queue's counts at `now`, from one read (a consistent moment),
+    /// each served by an index rather than a pass over every message. A
+    /// message is waiting, delayed or in flight as [`JobState::of`] says.
+    ///
+    /// [`JobState::of`]: crate::jobs::JobState::of
+    async fn stats(&self, now: i64) -> AlkResult<QueueStats>;
 }
 
 /// Checks a payload: its size, and for JSON its syntax.
@@ -653,6 +682,12 @@ impl Queue {
     /// Deletes every dead letter; how many.
     pub async fn purge_dead(&self) -> AlkResult<u64> {
         self.engine.purge_dead().await
+    }
+
+    /// How many messages the queue holds at `now`, by state; how many
+    /// groups it has, and how many of them have a message in flight.
+    pub async fn stats(&self, now: i64) -> AlkResult<QueueStats> {
+        self.engine.stats(now).await
     }
 }
 

@@ -27,6 +27,35 @@ pub struct Event {
     pub created_at: i64,
 }
 
+/// A consumer's saved offset, and how many events of the stream lie
+/// beyond it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerLag {
+    /// The consumer.
+    pub consumer: String,
+    /// Its saved offset.
+    pub offset: u64,
+    /// Offsets assigned after it (the stream's last offset minus it).
+    pub lag: u64,
+}
+
+/// What a stream holds: its offsets and its consumers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StreamInfo {
+    /// The lowest offset still stored (none when every event was trimmed,
+    /// or none was published).
+    pub first: Option<u64>,
+    /// The last offset assigned (0 before the first publish); trimming
+    /// does not lower it.
+    pub last: u64,
+    /// The consumers that saved an offset, by name, at most
+    /// [`MAX_CONSUMERS_LISTED`].
+    pub consumers: Vec<ConsumerLag>,
+}
+
+/// The most consumers one [`Streams::info`] lists.
+pub const MAX_CONSUMERS_LISTED: u32 = 1000;
+
 /// What an engine does for the streams. Arguments are checked by
 /// [`Streams`].
 #[async_trait]
@@ -67,6 +96,12 @@ pub trait StreamEngine: Send + Sync {
 
     /// Deletes the events at or below `horizon`; how many.
     async fn trim_to(&self, stream: &str, horizon: u64) -> AlkResult<u64>;
+
+    /// The stream's first stored and last assigned offsets, and up to
+    /// `max_consumers` saved offsets by consumer name (their `lag` is the
+    /// core's to fill in). Each from the stream's own rows (keys that
+    /// start with the stream), never a pass over other streams.
+    async fn info(&self, stream: &str, max_consumers: u32) -> AlkResult<StreamInfo>;
 }
 
 pub(crate) fn check_save(stream: &str, consumer: &str) -> AlkResult<()> {
@@ -194,6 +229,18 @@ impl Streams {
     pub async fn get_offset(&self, stream: &str, consumer: &str) -> AlkResult<Option<u64>> {
         check_save(stream, consumer)?;
         self.engine.get_offset(stream, consumer).await
+    }
+
+    /// What `stream` holds: its first stored and last assigned offsets,
+    /// and each consumer's saved offset with its lag (up to
+    /// [`MAX_CONSUMERS_LISTED`] consumers, by name).
+    pub async fn info(&self, stream: &str) -> AlkResult<StreamInfo> {
+        check_name("stream", stream)?;
+        let mut info = self.engine.info(stream, MAX_CONSUMERS_LISTED).await?;
+        for c in &mut info.consumers {
+            c.lag = info.last.saturating_sub(c.offset);
+        }
+        Ok(info)
     }
 
     /// Deletes the events of `stream` at or below `horizon`; how many.

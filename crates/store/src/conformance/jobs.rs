@@ -5,7 +5,7 @@ use super::text;
 use crate::engine::Engine;
 use crate::error::AlkError;
 use crate::jobs::{EXPIRED_ERROR, JobState, Retried, RetryDelay, SendOptions, lapsed_error};
-use crate::queue::{Delivery, Payload, Queue};
+use crate::queue::{Delivery, Payload, Queue, QueueStats};
 
 fn names(got: &[Delivery]) -> Vec<String> {
     got.iter()
@@ -479,4 +479,43 @@ pub async fn jobs_claims_look_past_parked_groups_and_count_burials(engine: &dyn 
     assert_eq!(names(&got), ["B", "C"]);
     let got = q.claim(2, Some(1_000), None, 11).await.unwrap();
     assert_eq!(names(&got), ["g1"]);
+}
+
+/// The counts of every state: a delayed message, grouped ones (one in
+/// flight per group, the rest waiting), a dead letter; the groups and the
+/// groups with a message in flight.
+pub async fn jobs_stats_count_delays_groups_and_dead_letters(engine: &dyn Engine) {
+    let q = Queue::open(engine, "stats-jobs").await.unwrap();
+    let t = 10_000;
+    q.send_with(&text("later"), &with(|o| o.delay_ms = Some(5_000)), t)
+        .await
+        .unwrap();
+    for (body, group) in [("g1-a", "g1"), ("g1-b", "g1"), ("g2-a", "g2")] {
+        q.send_with(&text(body), &with(|o| o.group = Some(group.into())), t)
+            .await
+            .unwrap();
+    }
+    q.send(&text("doomed"), t).await.unwrap();
+    let got = q.claim(10, Some(60_000), None, t).await.unwrap();
+    let mut claimed = names(&got);
+    claimed.sort();
+    assert_eq!(claimed, ["doomed", "g1-a", "g2-a"]);
+    let doomed = got.iter().find(|d| names(std::slice::from_ref(d)) == ["doomed"]).unwrap();
+    assert!(q.fail(&doomed.receipt, "no", t).await.unwrap());
+    let s = q.stats(t).await.unwrap();
+    assert_eq!(
+        s,
+        QueueStats {
+            waiting: 1,
+            delayed: 1,
+            in_flight: 2,
+            dead: 1,
+            oldest_waiting_enqueued_at: Some(t),
+            groups: 2,
+            groups_in_flight: 2,
+        }
+    );
+    // When the delay has passed, the delayed message waits too.
+    let s = q.stats(t + 5_000).await.unwrap();
+    assert_eq!((s.waiting, s.delayed), (2, 0), "{s:?}");
 }

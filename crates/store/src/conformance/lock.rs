@@ -83,3 +83,25 @@ pub async fn lock_wait_is_granted_at_release(engine: &dyn Engine) {
     assert_eq!(got.owner, "second");
     assert!(got.token > held.token);
 }
+
+/// The locks held at a time, by name, in pages: released and expired ones
+/// are not listed.
+pub async fn lock_holders_list_the_live_locks_by_name(engine: &dyn Engine) {
+    let s = Locks::open(engine).await.unwrap();
+    assert!(s.holders(None, 10, 0).await.unwrap().is_empty());
+    s.try_lock("b", "o1", 1_000, 0).await.unwrap().unwrap();
+    s.try_lock("a", "o2", 5_000, 0).await.unwrap().unwrap();
+    let c = s.try_lock("c", "o3", 5_000, 0).await.unwrap().unwrap();
+    assert!(s.release(&c, 10).await.unwrap());
+    let names = |held: Vec<(String, crate::lock::Holder)>| {
+        held.into_iter()
+            .map(|(name, h)| format!("{name}:{}", h.owner))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(names(s.holders(None, 10, 10).await.unwrap()), ["a:o2", "b:o1"]);
+    assert_eq!(names(s.holders(Some("a"), 10, 10).await.unwrap()), ["b:o1"]);
+    assert_eq!(names(s.holders(None, 1, 10).await.unwrap()), ["a:o2"]);
+    assert_eq!(names(s.holders(None, 10, 1_000).await.unwrap()), ["a:o2"]);
+    let held = s.holders(None, 10, 10).await.unwrap();
+    assert_eq!((held[0].1.expires_at, held[0].1.token), (5_000, 1));
+}

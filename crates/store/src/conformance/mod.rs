@@ -71,6 +71,8 @@ macro_rules! conformance_tests {
                 queue_receipts_of_another_queue_are_stale_there,
                 queue_receive_wait_wakes_on_a_send,
                 payloads_round_trip_every_byte,
+                queue_stats_count_waiting_and_in_flight,
+                queue_stats_hold_under_concurrent_writers,
             ],
             jobs: [
                 jobs_claim_by_priority_then_ready_time,
@@ -81,10 +83,12 @@ macro_rules! conformance_tests {
                 jobs_cancel_and_fail,
                 jobs_groups_take_turns_one_in_flight_each,
                 jobs_claims_look_past_parked_groups_and_count_burials,
+                jobs_stats_count_delays_groups_and_dead_letters,
             ],
             stream: [
                 stream_offsets_survive_trim_and_saves_only_move_forward,
                 stream_reads_of_large_events_come_in_pages,
+                stream_info_tells_offsets_and_lags,
             ],
             tx: [
                 stream_transactions_commit_all_or_nothing,
@@ -96,6 +100,7 @@ macro_rules! conformance_tests {
             lock: [
                 lock_expiry_renewal_and_takeover_follow_the_clock,
                 lock_wait_is_granted_at_release,
+                lock_holders_list_the_live_locks_by_name,
             ],
             notify: [
                 notify_wakes_a_listener_attached_before,

@@ -9,7 +9,7 @@ use crate::engine::Engine;
 use crate::error::AlkError;
 use crate::kv::Bucket;
 use crate::limits::{KvLimits, StreamLimits};
-use crate::queue::{Payload, Queue, Settled};
+use crate::queue::{Payload, Queue, QueueStats, Settled};
 use crate::stream::Streams;
 
 /// Visibility, redelivery, attempts, stale receipts and nack follow the
@@ -209,4 +209,55 @@ pub async fn payloads_round_trip_every_byte(engine: &dyn Engine) {
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].payload, every);
     assert_eq!(events[0].key.as_deref(), Some("k\u{e9}"));
+}
+
+/// The counts follow the clock: sent messages wait, a claimed one is in
+/// flight until its deadline and waiting again after it, an acked one is
+/// gone; the oldest waiting message is the one sent first.
+pub async fn queue_stats_count_waiting_and_in_flight(engine: &dyn Engine) {
+    let q = Queue::open(engine, "stats-plain").await.unwrap();
+    assert_eq!(q.stats(0).await.unwrap(), QueueStats::default());
+    q.send_batch(&[text("a"), text("b")], 1_000).await.unwrap();
+    q.send(&text("c"), 1_500).await.unwrap();
+    let got = q.receive(1, Some(10_000), 2_000).await.unwrap();
+    let s = q.stats(2_000).await.unwrap();
+    assert_eq!((s.waiting, s.delayed, s.in_flight, s.dead), (2, 0, 1, 0), "{s:?}");
+    assert_eq!(s.oldest_waiting_enqueued_at, Some(1_000), "{s:?}");
+    assert_eq!((s.groups, s.groups_in_flight), (0, 0), "{s:?}");
+    // Past its deadline the delivered message is waiting again.
+    let s = q.stats(12_000).await.unwrap();
+    assert_eq!((s.waiting, s.in_flight), (3, 0), "{s:?}");
+    q.ack(&got[0].receipt).await.unwrap();
+    let s = q.stats(12_000).await.unwrap();
+    assert_eq!((s.waiting, s.in_flight), (2, 0), "{s:?}");
+    assert_eq!(s.oldest_waiting_enqueued_at, Some(1_000), "{s:?}");
+}
+
+/// Counts read while other writers send add up: each read sees a moment
+/// (never more messages than were sent, never fewer than an earlier read),
+/// and once the writers are done, every message.
+pub async fn queue_stats_hold_under_concurrent_writers(engine: &dyn Engine) {
+    const WRITERS: usize = 4;
+    const EACH: usize = 25;
+    let q = Queue::open(engine, "stats-race").await.unwrap();
+    let writers = futures::future::join_all((0..WRITERS).map(|w| {
+        let q = q.clone();
+        async move {
+            for i in 0..EACH {
+                q.send(&text(&format!("{w}/{i}")), 1_000).await.unwrap();
+            }
+        }
+    }));
+    let reader = async {
+        let mut last = 0;
+        for _ in 0..20 {
+            let s = q.stats(2_000).await.unwrap();
+            assert!(s.waiting >= last && s.waiting <= (WRITERS * EACH) as u64, "{s:?}");
+            assert_eq!((s.delayed, s.in_flight), (0, 0), "{s:?}");
+            last = s.waiting;
+            tokio::task::yield_now().await;
+        }
+    };
+    futures::future::join(writers, reader).await;
+    assert_eq!(q.stats(2_000).await.unwrap().waiting, (WRITERS * EACH) as u64);
 }

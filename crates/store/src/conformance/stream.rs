@@ -4,7 +4,7 @@
 use crate::engine::Engine;
 use crate::error::AlkError;
 use crate::limits::{MAX_READ_BYTES, StreamLimits};
-use crate::stream::Streams;
+use crate::stream::{ConsumerLag, StreamInfo, Streams};
 
 /// Offsets are 1, 2, 3… per stream, never reused after a trim; saved
 /// offsets only move forward and never beyond the last offset.
@@ -55,4 +55,46 @@ pub async fn stream_reads_of_large_events_come_in_pages(engine: &dyn Engine) {
     // A single event larger than what is left still comes, alone.
     let one = s.read_since("big", 19, 1000).await.unwrap();
     assert_eq!(one.len(), 1);
+}
+
+/// A stream's information: its first stored and last assigned offsets
+/// (trims raise the first, never the last) and each consumer's offset and
+/// lag, by name.
+pub async fn stream_info_tells_offsets_and_lags(engine: &dyn Engine) {
+    let s = Streams::open(engine, StreamLimits::default())
+        .await
+        .unwrap();
+    assert_eq!(s.info("info").await.unwrap(), StreamInfo::default());
+    for i in 0..5 {
+        s.publish("info", None, format!("{i}").as_bytes(), 0)
+            .await
+            .unwrap();
+    }
+    s.publish("other", None, b"x", 0).await.unwrap();
+    s.save_offset("info", "b-reader", 2).await.unwrap();
+    s.save_offset("info", "a-reader", 5).await.unwrap();
+    s.save_offset("other", "c-reader", 1).await.unwrap();
+    let lag = |consumer: &str, offset, lag| ConsumerLag {
+        consumer: consumer.into(),
+        offset,
+        lag,
+    };
+    assert_eq!(
+        s.info("info").await.unwrap(),
+        StreamInfo {
+            first: Some(1),
+            last: 5,
+            consumers: vec![lag("a-reader", 5, 0), lag("b-reader", 2, 3)],
+        }
+    );
+    s.trim_to("info", 3).await.unwrap();
+    let info = s.info("info").await.unwrap();
+    assert_eq!((info.first, info.last), (Some(4), 5));
+    s.trim_to("info", 5).await.unwrap();
+    let info = s.info("info").await.unwrap();
+    assert_eq!((info.first, info.last), (None, 5));
+    assert!(matches!(
+        s.info("bad name!").await,
+        Err(AlkError::InvalidName(_))
+    ));
 }

@@ -63,6 +63,33 @@ impl LockEngine for MemLocks {
         }
     }
 
+    async fn holders(
+        &self,
+        after: Option<&str>,
+        max: u32,
+        now: i64,
+    ) -> AlkResult<Vec<(String, Holder)>> {
+        let locks = lock(&self.0);
+        let mut held: Vec<(String, Holder)> = locks
+            .iter()
+            .filter(|(name, _)| after.is_none_or(|a| name.as_str() > a))
+            .filter_map(|(name, entry)| match entry {
+                (Some(owner), token, Some(at)) if *at > now => Some((
+                    name.clone(),
+                    Holder {
+                        owner: owner.clone(),
+                        expires_at: *at,
+                        token: *token,
+                    },
+                )),
+                _ => None,
+            })
+            .collect();
+        held.sort_by(|a, b| a.0.cmp(&b.0));
+        held.truncate(max as usize);
+        Ok(held)
+    }
+
     async fn holder(&self, name: &str, now: i64) -> AlkResult<Option<Holder>> {
         Ok(match lock(&self.0).get(name) {
             Some((Some(owner), token, Some(at))) if *at > now => Some(Holder {

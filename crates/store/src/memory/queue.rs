@@ -11,7 +11,7 @@ use crate::error::AlkResult;
 use crate::jobs::{
     Beat, EXPIRED_ERROR, JobInfo, JobState, Retried, RetryDelay, Stamp, lapsed_error,
 };
-use crate::queue::{AckedBatch, Delivery, Payload, QueueEngine, Receipt, Settled};
+use crate::queue::{AckedBatch, Delivery, Payload, QueueEngine, QueueStats, Receipt, Settled};
 
 /// One message of a queue.
 #[derive(Clone)]
@@ -512,5 +512,37 @@ impl QueueEngine for MemQueue {
         let n = q.dead.len() as u64;
         q.dead.clear();
         Ok(n)
+    }
+
+    async fn stats(&self, now: i64) -> AlkResult<QueueStats> {
+        let q = lock(&self.0);
+        let mut stats = QueueStats {
+            dead: q.dead.len() as u64,
+            groups: q.groups.len() as u64,
+            ..QueueStats::default()
+        };
+        let mut busy = std::collections::HashSet::new();
+        for m in q.msgs.values() {
+            match JobState::of(m.claim.is_some(), m.visible_at, now) {
+                JobState::Waiting => {
+                    stats.waiting += 1;
+                    stats.oldest_waiting_enqueued_at = Some(
+                        stats
+                            .oldest_waiting_enqueued_at
+                            .map_or(m.enqueued_at, |t| t.min(m.enqueued_at)),
+                    );
+                }
+                JobState::Delayed => stats.delayed += 1,
+                JobState::InFlight => {
+                    stats.in_flight += 1;
+                    if let Some(g) = &m.group {
+                        busy.insert(g.clone());
+                    }
+                }
+                JobState::Dead => {}
+            }
+        }
+        stats.groups_in_flight = busy.len() as u64;
+        Ok(stats)
     }
 }

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use super::{Queues, lock};
 use crate::error::{AlkError, AlkResult};
 use crate::limits::page;
-use crate::stream::{Event, StreamEngine};
+use crate::stream::{ConsumerLag, Event, StreamEngine, StreamInfo};
 
 /// Every stream and saved offset.
 #[derive(Default, Clone)]
@@ -119,6 +119,30 @@ impl StreamEngine for MemStreams {
             .offsets
             .get(&(stream.to_string(), consumer.to_string()))
             .copied())
+    }
+
+    async fn info(&self, stream: &str, max_consumers: u32) -> AlkResult<StreamInfo> {
+        let s = lock(&self.state);
+        let mut consumers: Vec<ConsumerLag> = s
+            .offsets
+            .iter()
+            .filter(|((st, _), _)| st == stream)
+            .map(|((_, consumer), offset)| ConsumerLag {
+                consumer: consumer.clone(),
+                offset: *offset,
+                lag: 0,
+            })
+            .collect();
+        consumers.sort_by(|a, b| a.consumer.cmp(&b.consumer));
+        consumers.truncate(max_consumers as usize);
+        Ok(StreamInfo {
+            first: s
+                .events
+                .get(stream)
+                .and_then(|e| e.keys().next().copied()),
+            last: s.last.get(stream).copied().unwrap_or(0),
+            consumers,
+        })
     }
 
     async fn trim_to(&self, stream: &str, horizon: u64) -> AlkResult<u64> {

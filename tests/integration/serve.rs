@@ -55,6 +55,29 @@ fn request(addr: SocketAddr, method: &str, path: &str) -> (u16, String) {
     runtime().block_on(request_async(addr, method, path, ""))
 }
 
+/// A server run by the library on this test's runtime: its address, the
+/// sender that stops it, and its task.
+async fn serve_lib(
+    name: &str,
+    ctx: alk_host::AlkCtx,
+    opts: ServeOptions,
+) -> (
+    SocketAddr,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<wasmtime::Result<()>>,
+) {
+    let server = common::runner()
+        .bind(&common::component(name), ctx, &opts)
+        .await
+        .expect("bind");
+    let addr = server.local_addr();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(server.run(async {
+        let _ = stopped.await;
+    }));
+    (addr, stop, serving)
+}
+
 /// An `alk-host serve` process and what it printed.
 struct Serving {
     child: Child,
@@ -169,15 +192,7 @@ fn misbehaving_handlers_end_only_their_own_request() {
             max_memory_bytes: Some(64 << 20),
             ..ServeOptions::default()
         };
-        let server = common::runner()
-            .bind(&common::component("http-guest"), common::ctx(dir.path()), &opts)
-            .await
-            .expect("bind");
-        let addr = server.local_addr();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let serving = tokio::spawn(server.run(async {
-            let _ = stopped.await;
-        }));
+        let (addr, stop, serving) = serve_lib("http-guest", common::ctx(dir.path()), opts).await;
         let (status, body) = request_async(addr, "GET", "/trap", "").await;
         assert_eq!(status, 500, "{body}");
         assert!(body.contains("trapped"), "{body}");
@@ -462,15 +477,7 @@ fn a_python_handler_serves_through_the_library() {
             addr: "127.0.0.1:0".parse().unwrap(),
             ..ServeOptions::default()
         };
-        let server = common::runner()
-            .bind(&common::component("http-py"), ctx, &opts)
-            .await
-            .expect("bind");
-        let addr = server.local_addr();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let serving = tokio::spawn(server.run(async {
-            let _ = stopped.await;
-        }));
+        let (addr, stop, serving) = serve_lib("http-py", ctx, opts).await;
         assert_eq!(
             request_async(addr, "POST", "/guestbook", "library").await,
             (200, "1\n".into())

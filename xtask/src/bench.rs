@@ -929,13 +929,7 @@ pub fn run(
 
     eprintln!("bench: start-up");
     let cache = crate::target_dir().join("bench-startup-cache");
-    let wcache = crate::target_dir().join("bench-wasmtime-cache.toml");
-    let wdir = crate::target_dir().join("bench-wasmtime-cache");
-    std::fs::write(
-        &wcache,
-        format!("[cache]\ndirectory = {:?}\n", wdir.display().to_string()),
-    )
-    .map_err(|e| e.to_string())?;
+    let (wcache, wdir) = wasmtime_cache()?;
     let data = fresh_dir("startup")?;
     let alk = |guest: &str, args: &[&str]| {
         let mut c = Command::new(host_bin);
@@ -1232,4 +1226,17 @@ pub fn run_serve(
     std::fs::write(&path, kept + &section).map_err(|e| e.to_string())?;
     eprintln!("bench: wrote the serve rows into {}", path.display());
     Ok(())
+}
+
+/// The wasmtime CLI's cache configuration file (written here) and the
+/// directory it names, under target/.
+pub(crate) fn wasmtime_cache() -> Result<(PathBuf, PathBuf)> {
+    let config = crate::target_dir().join("bench-wasmtime-cache.toml");
+    let dir = crate::target_dir().join("bench-wasmtime-cache");
+    std::fs::write(
+        &config,
+        format!("[cache]\ndirectory = {:?}\n", dir.display().to_string()),
+    )
+    .map_err(|e| e.to_string())?;
+    Ok((config, dir))
 }

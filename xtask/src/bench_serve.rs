@@ -120,13 +120,7 @@ pub fn section(
 ) -> Result<String> {
     let component = guests.join("http-bench.wasm");
     let cache = crate::target_dir().join("bench-cache");
-    let wcache = crate::target_dir().join("bench-wasmtime-cache.toml");
-    let wdir = crate::target_dir().join("bench-wasmtime-cache");
-    std::fs::write(
-        &wcache,
-        format!("[cache]\ndirectory = {:?}\n", wdir.display().to_string()),
-    )
-    .map_err(|e| e.to_string())?;
+    let (wcache, _) = crate::bench::wasmtime_cache()?;
     let alk = |store: Vec<String>| {
         let mut c = Command::new(host_bin);
         c.arg("serve")

@@ -528,7 +528,9 @@ fn postgres() -> Result<()> {
 const WASI_PACKAGES: &[&str] = &["cli", "clocks", "filesystem", "io", "random", "sockets"];
 
 /// Copies (or, with `check`, compares) the WASI WIT shipped inside the
-/// pinned `wasmtime-wasi` crate into `wit/deps/<package>/<package>.wit`.
+/// pinned `wasmtime-wasi` crate into `wit/deps/<package>/<package>.wit`,
+/// and `wasi:http` from the `wasmtime-wasi-http` crate of the same release
+/// into `wit/deps/http/http.wit`.
 fn vendor_wit(check: bool) -> Result<()> {
     let root = root();
     let metadata = output(
@@ -536,52 +538,24 @@ fn vendor_wit(check: bool) -> Result<()> {
             .current_dir(&root)
             .args(["metadata", "--format-version", "1"]),
     )?;
-    // The manifest path of the wasmtime-wasi package the lock file pins.
-    let manifest = metadata
-        .split("\"manifest_path\":\"")
-        .skip(1)
-        .filter_map(|rest| rest.split('"').next())
-        .find(|p| {
-            p.ends_with("/Cargo.toml")
-                && p.split("/wasmtime-wasi-")
-                    .nth(1)
-                    .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit()))
+    let wasi = package_dir(&metadata, "wasmtime-wasi")?.join("src/p2/wit/deps");
+    let http = package_dir(&metadata, "wasmtime-wasi-http")?.join("wit/deps");
+    let mut copies: Vec<(PathBuf, PathBuf)> = WASI_PACKAGES
+        .iter()
+        .map(|pkg| {
+            (
+                wasi.join(format!("{pkg}.wit")),
+                root.join(format!("wit/deps/{pkg}/{pkg}.wit")),
+            )
         })
-        .ok_or("wasmtime-wasi not found in `cargo metadata`")?;
-    let source = Path::new(manifest)
-        .parent()
-        .unwrap()
-        .join("src/p2/wit/deps");
+        .collect();
+    copies.push((http.join("http.wit"), root.join("wit/deps/http/http.wit")));
     let mut stale = Vec::new();
-    for pkg in WASI_PACKAGES {
-        let from = source.join(format!("{pkg}.wit"));
-        let to = root.join(format!("wit/deps/{pkg}/{pkg}.wit"));
+    for (from, to) in copies {
         let want = std::fs::read(&from).map_err(|e| format!("{}: {e}", from.display()))?;
         if std::fs::read(&to).ok().as_deref() == Some(want.as_slice()) {
             continue;
         }
-        if check {
-            stale.push(to.display().to_string());
-        } else {
-            std::fs::create_dir_all(to.parent().unwrap()).map_err(|e| e.to_string())?;
-            std::fs::write(&to, want).map_err(|e| e.to_string())?;
-            eprintln!("xtask: vendored {}", to.display());
-        }
-    }
-    // wasi:http, from the wasmtime-wasi-http release of the same number.
-    let http_manifest = metadata
-        .split("\"manifest_path\":\"")
-        .skip(1)
-        .filter_map(|rest| rest.split('"').next())
-        .find(|p| p.contains("/wasmtime-wasi-http-") && p.ends_with("/Cargo.toml"))
-        .ok_or("wasmtime-wasi-http not found in `cargo metadata`")?;
-    let from = Path::new(http_manifest)
-        .parent()
-        .unwrap()
-        .join("wit/deps/http.wit");
-    let to = root.join("wit/deps/http/http.wit");
-    let want = std::fs::read(&from).map_err(|e| format!("{}: {e}", from.display()))?;
-    if std::fs::read(&to).ok().as_deref() != Some(want.as_slice()) {
         if check {
             stale.push(to.display().to_string());
         } else {
@@ -598,6 +572,25 @@ fn vendor_wit(check: bool) -> Result<()> {
             stale.join(", ")
         ))
     }
+}
+
+/// The directory of package `name` (exactly that name: `wasmtime-wasi` is
+/// not `wasmtime-wasi-http`) as `cargo metadata` lists it for the lock
+/// file's version.
+fn package_dir(metadata: &str, name: &str) -> Result<PathBuf> {
+    let prefix = format!("/{name}-");
+    metadata
+        .split("\"manifest_path\":\"")
+        .skip(1)
+        .filter_map(|rest| rest.split('"').next())
+        .find(|p| {
+            p.ends_with("/Cargo.toml")
+                && p.split(&prefix)
+                    .nth(1)
+                    .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit()))
+        })
+        .map(|p| Path::new(p).parent().unwrap().to_path_buf())
+        .ok_or_else(|| format!("{name} not found in `cargo metadata`"))
 }
 
 /// The release of the vendored turso crates: `turso` itself is pinned to it

@@ -349,15 +349,16 @@ async fn handle(
     }
 }
 
-/// A trap in one line, naming the memory limit when it was the cause.
+/// A trap in one line — its root cause, naming the memory limit when that
+/// was it — for the answer and the log (the backtrace is logged at debug).
 fn describe(e: &wasmtime::Error, max_memory_bytes: Option<usize>) -> String {
-    let mut text = e
-        .chain()
-        .map(|c| c.to_string())
-        .collect::<Vec<_>>()
-        .join(": ");
+    tracing::debug!(target: "alk", "the handler trapped: {e:?}");
+    let mut text = match e.downcast_ref::<wasmtime::Trap>() {
+        Some(trap) => trap.to_string(),
+        None => e.chain().last().map(|c| c.to_string()).unwrap_or_default(),
+    };
     if let Some(max) = max_memory_bytes
-        && text.contains("memory")
+        && e.chain().any(|c| c.to_string().contains("memory"))
     {
         text.push_str(&format!(" (the memory limit is {max} bytes)"));
     }

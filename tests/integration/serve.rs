@@ -177,8 +177,9 @@ fn a_handler_answers_counts_and_sends_through_the_cli() {
     assert!(text(&out.stdout).contains("from-test"), "{}", text(&out.stdout));
 }
 
-/// Through the library: a handler that traps gets its request a 500, one
-/// that loops or sleeps past the time limit a 503; the server goes on.
+/// Through the library: a handler that traps, or grows past its memory
+/// limit, gets its request a 500, one that loops or sleeps past the time
+/// limit a 503; the server goes on.
 #[test]
 fn misbehaving_handlers_end_only_their_own_request() {
     let dir = tempfile::tempdir().unwrap();
@@ -196,6 +197,13 @@ fn misbehaving_handlers_end_only_their_own_request() {
         let (status, body) = request_async(addr, "GET", "/trap", "").await;
         assert_eq!(status, 500, "{body}");
         assert!(body.contains("trapped"), "{body}");
+        let (status, body) = request_async(addr, "GET", "/grow/256", "").await;
+        assert_eq!(status, 500, "{body}");
+        assert!(body.contains("the memory limit is 67108864 bytes"), "{body}");
+        assert_eq!(
+            request_async(addr, "GET", "/grow/8", "").await,
+            (200, "grew by 8 MiB\n".into())
+        );
         let (status, body) = request_async(addr, "GET", "/loop", "").await;
         assert_eq!(status, 503, "{body}");
         assert!(body.contains("time limit"), "{body}");

@@ -8,6 +8,8 @@
 //! - `POST /visit` — sends the request's body to the alk queue `visits`
 //!   and answers the message id;
 //! - `GET /env/<name>` — the value of an environment variable;
+//! - `GET /grow/<mib>` — allocates that much (past the memory limit, a
+//!   trap);
 //! - `GET /trap`, `GET /loop`, `GET /sleep/<ms>` — a handler that traps,
 //!   one that computes forever, one that sleeps (counting itself in
 //!   counter `sleeping` first; the server's limits stop them);
@@ -74,6 +76,11 @@ fn route(method: &Method, path: &str, request: &IncomingRequest) -> (u16, String
             Err(_) => (404, format!("{name} is not set\n")),
         },
         (Method::Get, ["trap"]) => panic!("this handler traps on purpose"),
+        (Method::Get, ["grow", mib]) => {
+            let mib: usize = mib.parse().unwrap_or(1);
+            let block = vec![1u8; mib << 20];
+            (200, format!("grew by {} MiB\n", std::hint::black_box(block).len() >> 20))
+        }
         (Method::Get, ["loop"]) => {
             let mut n: u64 = 0;
             loop {

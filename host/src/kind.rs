@@ -19,6 +19,8 @@ pub enum Kind {
     Command,
     /// It exports `wasi:http/incoming-handler`: `alk-host serve` serves it.
     HttpHandler,
+    /// It exports both: `run` runs it and `serve` serves it.
+    Both,
     /// It exports neither; what it exports.
     Neither(Vec<String>),
 }
@@ -30,19 +32,20 @@ pub(crate) fn kind_of(engine: &Engine, component: &Component) -> Kind {
         .exports(engine)
         .map(|(name, _)| name.to_string())
         .collect();
-    if exports.iter().any(|e| e.starts_with(RUN)) {
-        Kind::Command
-    } else if exports.iter().any(|e| e.starts_with(HANDLER)) {
-        Kind::HttpHandler
-    } else {
-        Kind::Neither(exports)
+    let run = exports.iter().any(|e| e.starts_with(RUN));
+    let handler = exports.iter().any(|e| e.starts_with(HANDLER));
+    match (run, handler) {
+        (true, true) => Kind::Both,
+        (true, false) => Kind::Command,
+        (false, true) => Kind::HttpHandler,
+        (false, false) => Kind::Neither(exports),
     }
 }
 
 /// Refuses a component of another kind than `wanted`, saying what it is
 /// and what runs it.
 pub(crate) fn require(found: Kind, wanted: Kind) -> wasmtime::Result<()> {
-    if found == wanted {
+    if found == wanted || found == Kind::Both {
         return Ok(());
     }
     let what = match (&found, &wanted) {
@@ -124,5 +127,8 @@ mod tests {
         assert!(e.to_string().contains("alk-host run"), "{e}");
         let e = require(Kind::Neither(vec!["x:y/z".into()]), Kind::Command).unwrap_err();
         assert!(e.to_string().contains("it exports x:y/z"), "{e}");
+        // A component exporting both is run by one and served by the other.
+        assert!(require(Kind::Both, Kind::Command).is_ok());
+        assert!(require(Kind::Both, Kind::HttpHandler).is_ok());
     }
 }

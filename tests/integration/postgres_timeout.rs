@@ -104,7 +104,12 @@ impl Watched {
             .any(|(t, l)| *t > since && l.starts_with(prefix))
         {
             let left = deadline.saturating_duration_since(Instant::now());
-            assert!(!left.is_zero(), "{who} printed no {prefix:?} line in time");
+            if left.is_zero() {
+                // What it did last tells a stall from a slow machine.
+                let _ = self.child.kill();
+                let tail: Vec<&str> = self.seen.iter().rev().take(8).map(|(_, l)| l.as_str()).collect();
+                panic!("{who} printed no {prefix:?} line in time; its last lines, newest first: {tail:?}");
+            }
             if let Ok(line) = self.lines.recv_timeout(left) {
                 self.seen.push(line);
             }

@@ -68,5 +68,7 @@ fn main() -> ExitCode {
         cli::Command::Compile(compile) => compile.execute(),
         cli::Command::Migrate(migrate) => migrate.execute(),
         cli::Command::Schedules(schedules) => schedules.execute(),
+        cli::Command::Inspect(inspect) => inspect.execute(),
+        cli::Command::Dashboard(dashboard) => dashboard.execute(),
     }
 }

@@ -27,6 +27,7 @@ impl From<wasmtime::component::ResourceTableError> for CallError {
 impl From<AlkError> for crate::bindings::alk::store::types::Error {
     fn from(e: AlkError) -> Self {
         use crate::bindings::alk::store::types::{Error, SetupFailure, TooLarge};
+        alk_store::counters::count_error(&e);
         match e {
             AlkError::InvalidName(m) => Error::InvalidName(m),
             AlkError::ReservedName(m) => Error::ReservedName(m),

@@ -206,6 +206,7 @@ pub mod keyvalue;
 mod kind;
 mod kv;
 mod lock;
+pub mod metrics;
 mod network;
 #[cfg(not(feature = "turso"))]
 mod no_engine;

@@ -5,7 +5,7 @@ use alk_store::lock::Acquired;
 use alk_store::time::wait_deadline;
 use wasmtime::component::Resource;
 
-use crate::bindings::alk::store::lock::{self, HolderInfo};
+use crate::bindings::alk::store::lock::{self, HeldLock, HolderInfo};
 use crate::ctx::{AlkCtxView, Slot};
 use crate::error::CallError;
 
@@ -67,6 +67,25 @@ impl lock::Host for AlkCtxView<'_> {
             expires_at: h.expires_at.max(0) as u64,
             token: h.token,
         }))
+    }
+
+    async fn holders(
+        &mut self,
+        after: Option<String>,
+        max: u32,
+    ) -> Result<Vec<HeldLock>, CallError> {
+        let now = self.ctx.now();
+        let locks = self.ctx.locks().await?;
+        let page = locks.holders(after.as_deref(), max, now).await?;
+        Ok(page
+            .into_iter()
+            .map(|(name, h)| HeldLock {
+                name,
+                owner: h.owner,
+                expires_at: h.expires_at.max(0) as u64,
+                token: h.token,
+            })
+            .collect())
     }
 }
 

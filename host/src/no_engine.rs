@@ -11,7 +11,7 @@ use alk_store::schedule::ScheduleEngine;
 use alk_store::stream::StreamEngine;
 use alk_store::tx::TxEngine;
 use alk_store::wake::Wakes;
-use alk_store::{AlkError, AlkResult, Engine};
+use alk_store::{AlkError, AlkResult, Catalog, Engine};
 use async_trait::async_trait;
 
 /// No engine: each call is a `store-setup` error.
@@ -53,5 +53,8 @@ impl Engine for NoEngine {
     }
     fn describe(&self) -> String {
         "no engine".into()
+    }
+    async fn catalog(&self) -> AlkResult<Catalog> {
+        self.refuse()
     }
 }

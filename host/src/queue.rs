@@ -11,7 +11,8 @@ use wasmtime_wasi::p2::{DynPollable, Pollable, subscribe};
 use alk_store::jobs::{self as jobs, JobState as StoreState};
 
 use crate::bindings::alk::store::queue::{
-    self, AckOutcome, ClaimOptions, Job, JobInfo, JobState, Message, Payload, Retried, SendOptions,
+    self, AckOutcome, ClaimOptions, Job, JobInfo, JobState, Message, Payload, QueueStats, Retried,
+    SendOptions,
 };
 use crate::ctx::{AlkCtxView, Slot};
 use crate::error::CallError;
@@ -377,6 +378,20 @@ impl queue::HostQueue for AlkCtxView<'_> {
     async fn purge_dead_letters(&mut self, q: Resource<Queue>) -> Result<u64, CallError> {
         let store = self.table.get(&q)?.store.clone();
         Ok(store.purge_dead().await?)
+    }
+
+    async fn stats(&mut self, q: Resource<Queue>) -> Result<QueueStats, CallError> {
+        let store = self.table.get(&q)?.store.clone();
+        let s = store.stats(self.ctx.now()).await?;
+        Ok(QueueStats {
+            waiting: s.waiting,
+            delayed: s.delayed,
+            in_flight: s.in_flight,
+            dead: s.dead,
+            oldest_waiting_enqueued_at_ms: s.oldest_waiting_enqueued_at.map(|t| t.max(0) as u64),
+            groups: s.groups,
+            groups_in_flight: s.groups_in_flight,
+        })
     }
 
     async fn drop(&mut self, q: Resource<Queue>) -> wasmtime::Result<()> {

@@ -35,6 +35,7 @@ use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
 use crate::ctx::AlkCtx;
 use crate::http::HttpState;
 use crate::kind::Kind;
+use crate::metrics::HttpCounters;
 use crate::network::NetworkPolicy;
 use crate::run::{RunState, Runner, guest_wasi, memory_limits};
 
@@ -64,6 +65,10 @@ pub struct ServeOptions {
     pub shutdown_timeout: Duration,
     /// What handlers may reach on the network (nothing by default).
     pub network: NetworkPolicy,
+    /// Where to serve `GET /metrics` (Prometheus text, see
+    /// [`crate::metrics`]) [default: nowhere]. A listener of its own, so
+    /// that no path of the handler's is taken.
+    pub metrics_addr: Option<SocketAddr>,
 }
 
 impl Default for ServeOptions {
@@ -77,6 +82,7 @@ impl Default for ServeOptions {
             max_concurrent_requests: 100,
             shutdown_timeout: Duration::from_secs(10),
             network: NetworkPolicy::default(),
+            metrics_addr: None,
         }
     }
 }
@@ -84,6 +90,7 @@ impl Default for ServeOptions {
 /// A bound server, ready to [`Server::run`].
 pub struct Server {
     listener: TcpListener,
+    metrics: Option<TcpListener>,
     shared: Arc<Shared>,
 }
 
@@ -94,6 +101,7 @@ struct Shared {
     alk: AlkCtx,
     opts: ServeOptions,
     permits: Arc<tokio::sync::Semaphore>,
+    counters: HttpCounters,
 }
 
 impl Runner {
@@ -122,8 +130,15 @@ impl Runner {
         let listener = TcpListener::bind(opts.addr)
             .await
             .map_err(|e| wasmtime::format_err!("cannot listen on {}: {e}", opts.addr))?;
+        let metrics = match opts.metrics_addr {
+            Some(addr) => Some(TcpListener::bind(addr).await.map_err(|e| {
+                wasmtime::format_err!("cannot listen on {addr} (--metrics-addr): {e}")
+            })?),
+            None => None,
+        };
         Ok(Server {
             listener,
+            metrics,
             shared: Arc::new(Shared {
                 engine: self.engine.clone(),
                 pre,
@@ -132,6 +147,7 @@ impl Runner {
                 permits: Arc::new(tokio::sync::Semaphore::new(
                     opts.max_concurrent_requests.max(1),
                 )),
+                counters: HttpCounters::default(),
             }),
         })
     }
@@ -156,12 +172,25 @@ impl Server {
             .unwrap_or(self.shared.opts.addr)
     }
 
+    /// The address `/metrics` is served on, when it is.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().and_then(|l| l.local_addr().ok())
+    }
+
     /// Serves until `shutdown` completes, then stops accepting, lets the
     /// requests in flight finish within [`ServeOptions::shutdown_timeout`]
     /// and returns.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> wasmtime::Result<()> {
-        let Server { listener, shared } = self;
+        let Server {
+            listener,
+            metrics,
+            shared,
+        } = self;
         let (stop, stopped) = tokio::sync::watch::channel(false);
+        let metrics_task = metrics.map(|l| {
+            let shared = shared.clone();
+            tokio::spawn(serve_metrics(l, shared))
+        });
         let mut connections = tokio::task::JoinSet::new();
         tokio::pin!(shutdown);
         loop {
@@ -201,6 +230,9 @@ impl Server {
             }
         }
         drop(listener);
+        if let Some(task) = metrics_task {
+            task.abort();
+        }
         let _ = stop.send(true);
         let drained = tokio::time::timeout(shared.opts.shutdown_timeout, async {
             while connections.join_next().await.is_some() {}
@@ -217,6 +249,53 @@ impl Server {
         }
         shared.alk.engine().flush().await;
         Ok(())
+    }
+}
+
+/// Answers `GET /metrics` on `listener` until aborted; every other path
+/// is 404.
+async fn serve_metrics(listener: TcpListener, shared: Arc<Shared>) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                let shared = shared.clone();
+                async move {
+                    if req.uri().path() != "/metrics" {
+                        return Ok::<_, Infallible>(plain(404, "only /metrics is served here"));
+                    }
+                    let engine = shared.alk.engine().clone();
+                    let now = shared.alk.clock().now_ms();
+                    Ok(
+                        match crate::metrics::render(Some(&engine), Some(&shared.counters), now)
+                            .await
+                        {
+                            Ok(text) => {
+                                let mut r = plain(200, "");
+                                *r.body_mut() = http_body_util::Full::new(Bytes::from(text))
+                                    .map_err(|never: Infallible| match never {})
+                                    .boxed_unsync();
+                                r.headers_mut().insert(
+                                    hyper::header::CONTENT_TYPE,
+                                    hyper::header::HeaderValue::from_static(
+                                        crate::metrics::CONTENT_TYPE,
+                                    ),
+                                );
+                                r
+                            }
+                            Err(e) => plain(500, &format!("reading the metrics failed: {e}")),
+                        },
+                    )
+                }
+            });
+            let _ = http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
     }
 }
 
@@ -252,7 +331,9 @@ async fn handle(
     shared: Arc<Shared>,
     request: hyper::Request<hyper::body::Incoming>,
 ) -> Result<hyper::Response<HyperOutgoingBody>, Infallible> {
+    HttpCounters::bump(&shared.counters.requests);
     let Ok(permit) = shared.permits.clone().try_acquire_owned() else {
+        HttpCounters::bump(&shared.counters.refused);
         let mut busy = plain(
             503,
             &format!(
@@ -336,10 +417,12 @@ async fn handle(
                 "the handler returned without setting a response (response-outparam.set)",
             ),
             Ok(Err(e)) if e.downcast_ref::<TimedOut>().is_some() => {
+                HttpCounters::bump(&shared.counters.timed_out);
                 tracing::warn!(target: "alk", "{e}; answered 503");
                 plain(503, &e.to_string())
             }
             Ok(Err(e)) => {
+                HttpCounters::bump(&shared.counters.failed);
                 let text = describe(&e, opts.max_memory_bytes);
                 tracing::warn!(target: "alk", "the handler trapped: {text}");
                 plain(500, &format!("the handler trapped: {text}"))

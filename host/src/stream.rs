@@ -10,7 +10,7 @@ use alk_store::names::{check_identifier, check_name};
 use alk_store::stream::{self as store, Streams};
 use alk_store::time::wait_deadline;
 
-use crate::bindings::alk::store::stream::{self, Event, NewEvent};
+use crate::bindings::alk::store::stream::{self, ConsumerLag, Event, NewEvent, StreamInfo};
 use crate::ctx::{AlkCtxView, Slot};
 use crate::error::CallError;
 
@@ -136,6 +136,23 @@ impl stream::Host for AlkCtxView<'_> {
             .await?
             .get_offset(&stream, &consumer)
             .await?)
+    }
+
+    async fn info(&mut self, stream: String) -> Result<StreamInfo, CallError> {
+        let info = self.ctx.streams().await?.info(&stream).await?;
+        Ok(StreamInfo {
+            first: info.first,
+            last: info.last,
+            consumers: info
+                .consumers
+                .into_iter()
+                .map(|c| ConsumerLag {
+                    consumer: c.consumer,
+                    offset: c.offset,
+                    lag: c.lag,
+                })
+                .collect(),
+        })
     }
 
     async fn trim_to(&mut self, stream: String, horizon: u64) -> Result<u64, CallError> {

@@ -205,6 +205,16 @@ fn parse_dir(s: &str) -> Result<(PathBuf, String), String> {
 /// The Postgres engine of `--store` (or `$ALK_STORE`); an error that says
 /// what to fix, never with the password.
 pub(super) async fn connect(url: &str, durability: Durability) -> wasmtime::Result<PostgresEngine> {
+    connect_with(url, durability, false).await
+}
+
+/// [`connect`]; with `existing_only`, a schema without alk's stores (or of
+/// an older version) is refused untouched.
+pub(super) async fn connect_with(
+    url: &str,
+    durability: Durability,
+    existing_only: bool,
+) -> wasmtime::Result<PostgresEngine> {
     if !alk_host::postgres::is_postgres_url(url) {
         wasmtime::bail!(
             "--store {:?} is not a postgres:// URL (for a directory on this machine, use --data-dir)",
@@ -213,7 +223,8 @@ pub(super) async fn connect(url: &str, durability: Durability) -> wasmtime::Resu
     }
     let options = PostgresOptions::from_url(url)
         .map_err(|e| wasmtime::format_err!("{}", bare(e)))?
-        .relaxed(matches!(durability, Durability::Relaxed));
+        .relaxed(matches!(durability, Durability::Relaxed))
+        .existing_only(existing_only);
     PostgresEngine::connect(options)
         .await
         .map_err(|e| wasmtime::format_err!("{}", bare(e)))

@@ -1,12 +1,18 @@
 //! Command-line interface of `alk-host`.
 
+mod dashboard;
 mod guest;
+mod inspect;
 mod run;
 mod schedules;
 mod serve;
+mod store;
+mod view;
 
 use std::path::PathBuf;
 
+pub use dashboard::DashboardCommand;
+pub use inspect::InspectCommand;
 pub use run::{CompileCommand, MigrateCommand, RunCommand};
 pub use schedules::SchedulesCommand;
 pub use serve::ServeCommand;
@@ -36,6 +42,12 @@ pub enum Command {
     Migrate(MigrateCommand),
     /// Run the scheduler (fire the stored schedules), or list the schedules.
     Schedules(SchedulesCommand),
+    /// Show what a data directory or database holds: every store with its
+    /// counts, or a queue's messages, a stream's consumers, a bucket's keys.
+    Inspect(InspectCommand),
+    /// Serve a web page showing every store, with actions on dead letters,
+    /// and `/metrics`.
+    Dashboard(DashboardCommand),
 }
 
 /// Where compiled components are kept.

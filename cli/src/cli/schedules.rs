@@ -1,17 +1,16 @@
 //! `alk-host schedules`: the scheduler runner as a long-running process,
 //! and a listing of the stored schedules.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
 use alk_host::store::schedule::{RunnerEvent, RunnerOptions, Schedules};
-use alk_host::{AlkCtx, AlkError, Durability, Engine, SystemClock};
+use alk_host::{AlkError, SystemClock};
 
 use tokio::signal::unix::{SignalKind, signal};
 
-use super::guest::{bare, connect};
+use super::store::{StoreArgs, err};
 use super::run::{HOST_FAILURE, one_line};
 
 /// Run the scheduler, or list the schedules.
@@ -19,19 +18,6 @@ use super::run::{HOST_FAILURE, one_line};
 pub struct SchedulesCommand {
     #[command(subcommand)]
     what: What,
-}
-
-/// Which store: a data directory on this machine or a database.
-#[derive(Debug, Clone, clap::Args)]
-struct StoreArgs {
-    /// Where stores live, on this machine [default: .alk].
-    #[arg(long, value_name = "DIR")]
-    data_dir: Option<PathBuf>,
-
-    /// Keep the stores in a PostgreSQL database instead (as for `run`)
-    /// [default: $ALK_STORE when --data-dir is not given].
-    #[arg(long, value_name = "URL", conflicts_with = "data_dir")]
-    store: Option<String>,
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -79,28 +65,6 @@ enum What {
     },
 }
 
-impl StoreArgs {
-    async fn engine(&self) -> wasmtime::Result<Arc<dyn Engine>> {
-        let url = match (&self.data_dir, &self.store) {
-            (Some(_), _) => None,
-            (None, Some(url)) => Some(url.clone()),
-            (None, None) => std::env::var("ALK_STORE").ok().filter(|s| !s.is_empty()),
-        };
-        Ok(match url {
-            Some(url) => Arc::new(connect(&url, Durability::Full).await?),
-            None => AlkCtx::builder()
-                .data_dir(
-                    self.data_dir
-                        .clone()
-                        .unwrap_or_else(|| PathBuf::from(".alk")),
-                )
-                .build()
-                .engine()
-                .clone(),
-        })
-    }
-}
-
 fn runner_name() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
@@ -134,8 +98,13 @@ impl SchedulesCommand {
     async fn run(self) -> wasmtime::Result<ExitCode> {
         match self.what {
             What::List { store } => {
-                let engine = store.engine().await?;
-                let schedules = Schedules::open(&*engine).await.map_err(err)?;
+                // Lists what is there, creating nothing: a mistyped
+                // directory is an error, not an empty list.
+                let (engine, catalog) = store.existing().await?;
+                if !catalog.stream_store {
+                    return Ok(ExitCode::SUCCESS);
+                }
+                let schedules = engine.schedules().await.map_err(err)?;
                 for row in schedules.list().await.map_err(err)? {
                     println!(
                         "{}\t{}\t{}\t{}",
@@ -222,6 +191,3 @@ impl SchedulesCommand {
     }
 }
 
-fn err(e: AlkError) -> wasmtime::Error {
-    wasmtime::format_err!("{}", bare(e))
-}

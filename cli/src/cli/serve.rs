@@ -47,6 +47,12 @@ pub struct ServeCommand {
     /// Seconds a shutdown waits for the requests in flight.
     #[arg(long, value_name = "SECONDS", default_value = "10", value_parser = parse_timeout)]
     shutdown_timeout: Duration,
+
+    /// Also serve `GET /metrics` (Prometheus text: requests, queue
+    /// counters, every queue's counts, stream lags, locks) on this address,
+    /// a listener of its own (port 0 picks a free one, printed at start).
+    #[arg(long, value_name = "SOCKADDR")]
+    metrics_addr: Option<SocketAddr>,
 }
 
 impl ServeCommand {
@@ -71,6 +77,7 @@ impl ServeCommand {
             max_concurrent_requests: self.max_concurrent_requests as usize,
             shutdown_timeout: self.shutdown_timeout,
             network: self.guest.network()?,
+            metrics_addr: self.metrics_addr,
         };
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -86,6 +93,9 @@ impl ServeCommand {
             let server = runner.bind(&component, alk, &opts).await?;
             // As `wasmtime serve` says it.
             eprintln!("Serving HTTP on http://{}/", server.local_addr());
+            if let Some(addr) = server.metrics_addr() {
+                eprintln!("Serving metrics on http://{addr}/metrics");
+            }
             server.run(signal()).await?;
             eprintln!("alk-host: stopped serving");
             Ok(())
@@ -94,7 +104,7 @@ impl ServeCommand {
 }
 
 /// Completes at the first SIGINT or SIGTERM.
-async fn signal() {
+pub(super) async fn signal() {
     use tokio::signal::unix::{SignalKind, signal};
     let (Ok(mut int), Ok(mut term)) = (
         signal(SignalKind::interrupt()),

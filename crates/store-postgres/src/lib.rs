@@ -39,9 +39,10 @@ use alk_store::queue::QueueEngine;
 use alk_store::stream::StreamEngine;
 use alk_store::tx::TxEngine;
 use alk_store::wake::Wakes;
-use alk_store::{AlkError, AlkResult, Engine};
+use alk_store::{AlkError, AlkResult, Catalog, Engine};
 use async_trait::async_trait;
 
+mod catalog;
 mod clock;
 mod conn;
 mod kv;
@@ -88,7 +89,7 @@ impl PostgresEngine {
         let inner = Arc::new(Inner::new(&options)?);
         {
             let mut conn = inner.conn().await?;
-            migrate::migrate(&inner, &mut conn, &options.schema).await?;
+            migrate::migrate(&inner, &mut conn, &options.schema, options.existing_only).await?;
             inner
                 .clock
                 .measure(&conn)
@@ -161,6 +162,11 @@ impl Engine for PostgresEngine {
 
     fn describe(&self) -> String {
         self.describe.clone()
+    }
+
+    async fn catalog(&self) -> AlkResult<Catalog> {
+        let streams = alk_store::stream::all_names(&*self.streams).await?;
+        catalog::catalog(&self.inner, streams).await
     }
 
     async fn flush(&self) {

@@ -28,7 +28,15 @@ pub const SET_VERSION: &str = "UPDATE alk.meta SET value = $1 WHERE key = 'versi
 /// with other starting engines; refuses (and changes nothing in) a schema
 /// that holds anything but alk's tables, or alk's tables of a newer
 /// version.
-pub(crate) async fn migrate(inner: &Inner, conn: &mut Conn, schema: &str) -> AlkResult<()> {
+///
+/// With `existing_only`, nothing is created or migrated: an empty schema
+/// and an older version are refused too.
+pub(crate) async fn migrate(
+    inner: &Inner,
+    conn: &mut Conn,
+    schema: &str,
+    existing_only: bool,
+) -> AlkResult<()> {
     let place =
         || std::path::PathBuf::from(format!("postgres://{}/ schema {schema}", inner.target));
     let refuse = |found: Option<String>, message: String| AlkError::StoreSetup {
@@ -82,6 +90,21 @@ pub(crate) async fn migrate(inner: &Inner, conn: &mut Conn, schema: &str) -> Alk
                 }
             }
         };
+        if existing_only && version == 0 {
+            return Ok(Err(refuse(
+                None,
+                "it holds no alk stores (nothing was created); check the URL and ?schema=…".into(),
+            )));
+        }
+        if existing_only && version < sql::VERSION {
+            return Ok(Err(refuse(
+                Some(format!("{}.v{version}", sql::FORMAT)),
+                format!(
+                    "it was made by an older alk (version {version}; this one reads {}): a host of this version migrates it when it starts; nothing was changed",
+                    sql::VERSION
+                ),
+            )));
+        }
         if version < sql::VERSION {
             // Only when missing: creating a schema needs a privilege on the
             // database that the owner of an existing schema may lack.

@@ -21,6 +21,7 @@ pub struct PostgresOptions {
     pub(crate) schema: String,
     pub(crate) pool_size: usize,
     pub(crate) connect_timeout: Duration,
+    pub(crate) existing_only: bool,
 }
 
 impl std::fmt::Debug for PostgresOptions {
@@ -140,6 +141,7 @@ impl PostgresOptions {
             schema,
             pool_size,
             connect_timeout,
+            existing_only: false,
         })
     }
 
@@ -164,6 +166,15 @@ impl PostgresOptions {
             };
             self.config.options(&options);
         }
+        self
+    }
+
+    /// With `true`, connecting neither creates nor migrates anything: a
+    /// schema without alk's tables, or with an older version of them, is a
+    /// `store-setup` error that says so. For operators' tools, which must
+    /// not change what they look at.
+    pub fn existing_only(mut self, existing_only: bool) -> PostgresOptions {
+        self.existing_only = existing_only;
         self
     }
 

@@ -172,6 +172,10 @@ group_key, max_attempts, backoff_base_ms, expires_at, $3::bytea, $2::bigint FROM
 pub const Q_DEAD_PAGE: &str = "SELECT id, payload_type, payload_data, false, visible_at, attempt, max_attempts, \
 priority, group_key, enqueued_at, expires_at, last_error, died_at FROM alk.dead \
 WHERE queue = $1 AND id > $2 ORDER BY id LIMIT $3";
+/// Up to `$3` live messages with ids above `$2`, by id, as inspected.
+pub const Q_JOBS_PAGE: &str = "SELECT id, payload_type, payload_data, receipt_handle IS NOT NULL, visible_at, attempt, max_attempts, \
+priority, group_key, enqueued_at, expires_at, last_error, NULL::bigint FROM alk.messages \
+WHERE queue = $1 AND id > $2 ORDER BY id LIMIT $3";
 /// Locks the dead letters `$2`; their groups and priorities.
 pub const Q_DEAD_LOOKUP: &str = "SELECT id, group_key, priority FROM alk.dead \
 WHERE queue = $1 AND id = ANY($2::bigint[]) ORDER BY id FOR UPDATE";
@@ -238,6 +242,7 @@ struct Statements {
     expired_groups: String,
     sweep: String,
     dead_page: String,
+    jobs_page: String,
     dead_lookup: String,
     join: String,
     redrive: String,
@@ -412,6 +417,7 @@ impl PgQueue {
             expired_groups: s.get(Q_EXPIRED_GROUPS),
             sweep: s.get(Q_SWEEP),
             dead_page: s.get(Q_DEAD_PAGE),
+            jobs_page: s.get(Q_JOBS_PAGE),
             dead_lookup: s.get(Q_DEAD_LOOKUP),
             join: s.get(Q_JOIN),
             redrive: s.get(Q_REDRIVE),
@@ -1166,6 +1172,23 @@ impl QueueEngine for PgQueue {
     async fn dead_letters(&self, after: u64, max: u32, now: i64) -> AlkResult<Vec<JobInfo>> {
         let after = after as i64;
         let (queue, page) = (&self.name, &self.sql.dead_page);
+        let limit = i64::from(max);
+        self.inner
+            .run(|c| {
+                Box::pin(async move {
+                    rows(&*c, page, &[queue, &after, &limit])
+                        .await?
+                        .iter()
+                        .map(|r| self.job_of(r, now))
+                        .collect()
+                })
+            })
+            .await
+    }
+
+    async fn jobs(&self, after: u64, max: u32, now: i64) -> AlkResult<Vec<JobInfo>> {
+        let after = after as i64;
+        let (queue, page) = (&self.name, &self.sql.jobs_page);
         let limit = i64::from(max);
         self.inner
             .run(|c| {

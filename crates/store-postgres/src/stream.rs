@@ -46,6 +46,10 @@ pub const S_TRIM: &str = "DELETE FROM alk.events WHERE stream = $1 AND seq <= $2
 /// key.
 pub const S_INFO: &str = "SELECT (SELECT last_offset FROM alk.streams WHERE stream = $1), (SELECT min(seq) FROM alk.events WHERE stream = $1)";
 /// Up to `$2` saved offsets of a stream, by consumer.
+/// Up to `$2` stream names after `$1` (`''` for the first page): a range
+/// of the primary key of `streams`.
+pub const S_NAMES: &str = "SELECT stream::text FROM alk.streams WHERE stream > $1 ORDER BY stream LIMIT $2";
+/// Up to `$2` saved offsets of a stream, by consumer.
 pub const S_CONSUMERS: &str = "SELECT consumer, seq FROM alk.consumer_offsets WHERE stream = $1 ORDER BY consumer LIMIT $2";
 
 /// The statements of the stream store, for one schema.
@@ -58,6 +62,7 @@ pub(crate) struct Statements {
     trim: String,
     info: String,
     consumers: String,
+    names: String,
     /// The queue store's send, for sends inside a transaction.
     pub(crate) send: String,
 }
@@ -80,6 +85,7 @@ impl PgStreams {
             trim: s.get(S_TRIM),
             info: s.get(S_INFO),
             consumers: s.get(S_CONSUMERS),
+            names: s.get(S_NAMES),
             send: s.get(Q_SEND),
         });
         PgStreams { inner, sql }
@@ -279,6 +285,22 @@ impl StreamEngine for PgStreams {
                         });
                     }
                     Ok(out)
+                })
+            })
+            .await
+    }
+
+    async fn names(&self, after: Option<&str>, max: u32) -> AlkResult<Vec<String>> {
+        let (sql, after, limit) = (&self.sql.names, after.unwrap_or(""), i64::from(max));
+        self.inner
+            .run(|c| {
+                Box::pin(async move {
+                    let stmt = c.prepare_cached(sql).await?;
+                    c.query(&stmt, &[&after, &limit])
+                        .await?
+                        .iter()
+                        .map(|r| r.try_get::<_, String>(0).map_err(Into::into))
+                        .collect()
                 })
             })
             .await

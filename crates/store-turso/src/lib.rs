@@ -31,10 +31,12 @@
 //!   attempt;
 //! - `gate` — the write gate, through which writers take turns and share
 //!   commits;
-//! - [`inspect`] — reading a file's format marker without the engine.
+//! - [`inspect`] — reading a file's format marker without the engine;
+//! - `catalog` — the stores of a data directory, for operators' tools.
 
 #![deny(missing_docs)]
 
+mod catalog;
 mod format;
 mod gate;
 pub mod inspect;
@@ -62,7 +64,7 @@ use alk_store::schedule::ScheduleEngine;
 use alk_store::stream::StreamEngine;
 use alk_store::tx::TxEngine;
 use alk_store::wake::Wakes;
-use alk_store::{AlkError, AlkResult, Engine};
+use alk_store::{AlkError, AlkResult, Catalog, Engine};
 use async_trait::async_trait;
 
 pub use format::{Format, Upgrade};
@@ -187,6 +189,13 @@ impl Engine for TursoEngine {
 
     fn describe(&self) -> String {
         format!("data directory {}", self.data_dir.display())
+    }
+
+    async fn catalog(&self) -> AlkResult<Catalog> {
+        catalog::catalog(&self.data_dir, || async {
+            alk_store::stream::all_names(&*self.stream_store().await?).await
+        })
+        .await
     }
 }
 

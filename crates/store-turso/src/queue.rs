@@ -250,6 +250,14 @@ visible_at, expires_at, last_error, receipt_handle IS NOT NULL FROM messages WHE
 /// A message as inspected (`localqueue.v1`).
 pub const JOB_V1: &str = "SELECT payload_type, payload_data, attempt, NULL, 0, NULL, enqueued_at, \
 visible_at, NULL, NULL, receipt_handle IS NOT NULL FROM messages WHERE id = ?1";
+/// Up to `?2` live messages with ids above `?1`, by id, as inspected
+/// (`localqueue.v2`): a range of the primary key.
+pub const JOBS_PAGE: &str = "SELECT payload_type, payload_data, attempt, max_attempts, priority, group_key, enqueued_at, \
+visible_at, expires_at, last_error, receipt_handle IS NOT NULL, id FROM messages WHERE id > ?1 ORDER BY id LIMIT ?2";
+/// Up to `?2` live messages with ids above `?1`, by id, as inspected
+/// (`localqueue.v1`).
+pub const JOBS_PAGE_V1: &str = "SELECT payload_type, payload_data, attempt, NULL, 0, NULL, enqueued_at, \
+visible_at, NULL, NULL, receipt_handle IS NOT NULL, id FROM messages WHERE id > ?1 ORDER BY id LIMIT ?2";
 /// A dead letter as inspected.
 pub const DEAD_JOB: &str = "SELECT payload_type, payload_data, attempt, max_attempts, priority, group_key, enqueued_at, \
 visible_at, expires_at, last_error, died_at FROM dead_letters WHERE id = ?1";
@@ -1332,6 +1340,26 @@ impl QueueEngine for QueueStore {
             .await
     }
 
+    async fn jobs(&self, after: u64, max: u32, now: i64) -> AlkResult<Vec<JobInfo>> {
+        let after = after as i64;
+        let v2 = self.is_v2().await?;
+        let path = self.store.path();
+        self.store
+            .run(|conn: Connection| {
+                Box::pin(async move {
+                    let sql = if v2 { JOBS_PAGE } else { JOBS_PAGE_V1 };
+                    let mut rows = query(&conn, sql, (after, i64::from(max))).await?;
+                    let mut out = Vec::new();
+                    while let Some(row) = rows.next().await? {
+                        let id = row.get::<i64>(11)?;
+                        out.push(job_at(&row, id, false, now, path)?);
+                    }
+                    Ok(out)
+                })
+            })
+            .await
+    }
+
     async fn redrive(&self, ids: &[u64], now: i64) -> AlkResult<Vec<Option<u64>>> {
         if !self.is_v2().await? {
             return Ok(vec![None; ids.len()]);
@@ -1494,6 +1522,8 @@ mod tests {
                 ("PURGE", PURGE),
                 ("NEXT_VISIBLE", NEXT_VISIBLE),
                 ("STATS", STATS),
+                ("JOB_V1", JOB_V1),
+                ("JOBS_PAGE_V1", JOBS_PAGE_V1),
             ],
         );
     }
@@ -1673,6 +1703,7 @@ mod tests {
                 ("JOB", JOB),
                 ("DEAD_JOB", DEAD_JOB),
                 ("DEAD_PAGE", DEAD_PAGE),
+                ("JOBS_PAGE", JOBS_PAGE),
                 ("EXPIRED", EXPIRED),
                 ("REDRIVE", REDRIVE),
                 ("PURGE_GROUPS", PURGE_GROUPS),

@@ -170,6 +170,10 @@ pub const INFO: &str = "SELECT (SELECT last_offset FROM streams WHERE stream = ?
 /// range of the stream).
 pub const CONSUMERS: &str = "SELECT consumer, seq FROM consumer_offsets WHERE stream = ?1 ORDER BY consumer LIMIT ?2";
 
+/// Up to `?2` stream names after `?1` (`''` for the first page), by name:
+/// a range of the primary key of `streams`.
+pub const STREAM_NAMES: &str = "SELECT stream FROM streams WHERE stream > ?1 ORDER BY stream LIMIT ?2";
+
 /// The store's id: names it in the queues' relay marks.
 pub const STORE_ID: &str = "SELECT value FROM meta WHERE key = 'store_id'";
 
@@ -411,6 +415,31 @@ impl StreamEngine for StreamStore {
             .await
     }
 
+    async fn names(&self, after: Option<&str>, max: u32) -> AlkResult<Vec<String>> {
+        let path = self.store.path();
+        let after = after.unwrap_or("");
+        self.store
+            .run(|conn: Connection| {
+                Box::pin(async move {
+                    let mut names = Vec::new();
+                    let mut rows = query(&conn, STREAM_NAMES, (after, i64::from(max))).await?;
+                    while let Some(row) = rows.next().await? {
+                        match row.get_value(0)? {
+                            Value::Text(name) => names.push(name),
+                            other => {
+                                return Err(Failure::Alk(AlkError::Internal(format!(
+                                    "{}: the streams table has {other:?} as a stream name, which localstream.v2 does not allow; the store is corrupt",
+                                    path.display()
+                                ))));
+                            }
+                        }
+                    }
+                    Ok(names)
+                })
+            })
+            .await
+    }
+
     async fn trim_to(&self, stream: &str, horizon: u64) -> AlkResult<u64> {
         let horizon = horizon as i64;
         self.store
@@ -540,6 +569,7 @@ pub(crate) mod tests {
                 ("SCHEDULE_FIRE", SCHEDULE_FIRE),
                 ("INFO", INFO),
                 ("CONSUMERS", CONSUMERS),
+                ("STREAM_NAMES", STREAM_NAMES),
             ],
         );
         // A new v2 file is the v1 DDL followed by the upgrade, which gives

@@ -19,6 +19,35 @@ use crate::stream::StreamEngine;
 use crate::tx::TxEngine;
 use crate::wake::Wakes;
 
+/// The stores an engine holds, as operators' tools list them: read without
+/// creating or changing anything.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Catalog {
+    /// The buckets, by name.
+    pub buckets: Vec<String>,
+    /// The queues, by name.
+    pub queues: Vec<String>,
+    /// Whether the store of streams (with their transactions and the
+    /// schedules) exists.
+    pub stream_store: bool,
+    /// The streams ever published to, by name (empty without a stream
+    /// store).
+    pub streams: Vec<String>,
+    /// Whether the store of locks exists.
+    pub lock_store: bool,
+    /// What was found where a store belongs but is not one that can be
+    /// read (another program's file, a damaged one, a name that is not a
+    /// store name), each as `(where, why)`. Nothing was opened or changed.
+    pub unreadable: Vec<(String, String)>,
+}
+
+impl Catalog {
+    /// Whether the engine holds no store at all.
+    pub fn is_empty(&self) -> bool {
+        self.buckets.is_empty() && self.queues.is_empty() && !self.stream_store && !self.lock_store
+    }
+}
+
 /// A storage engine: where stores live and how they are read and written.
 ///
 /// Names passed in are already checked by the core ([`crate::names`]).
@@ -53,6 +82,10 @@ pub trait Engine: Send + Sync + 'static {
 
     /// Where the stores are, for messages (a directory, a database).
     fn describe(&self) -> String;
+
+    /// The stores that exist, listed without creating any (see
+    /// [`Catalog`]).
+    async fn catalog(&self) -> AlkResult<Catalog>;
 
     /// Finishes what the engine still does in the background for calls
     /// that already returned (such as telling other hosts about a commit),
@@ -95,6 +128,10 @@ impl<E: Engine + ?Sized> Engine for Arc<E> {
 
     fn describe(&self) -> String {
         (**self).describe()
+    }
+
+    async fn catalog(&self) -> AlkResult<Catalog> {
+        (**self).catalog().await
     }
 
     async fn flush(&self) {

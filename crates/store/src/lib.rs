@@ -16,6 +16,7 @@
 //! - [`panic`]: panics inside an engine contained, and told apart from
 //!   crashes;
 //! - transactions across streams, queues, outboxes and channels ([`tx`]);
+//! - [`counters`]: what this process's queues did, for metrics;
 //! - [`Engine`], what a storage engine provides, an in-memory engine
 //!   ([`memory`]) and the behaviour suite every engine must pass
 //!   ([`conformance`]).
@@ -25,6 +26,7 @@
 #![deny(missing_docs)]
 
 pub mod conformance;
+pub mod counters;
 pub mod engine;
 pub mod error;
 pub mod jobs;
@@ -44,7 +46,7 @@ pub mod time;
 pub mod tx;
 pub mod wake;
 
-pub use engine::Engine;
+pub use engine::{Catalog, Engine};
 pub use error::{AlkError, AlkResult};
 pub use limits::{KvLimits, Limits, StreamLimits};
 pub use time::{Clock, ManualClock, SystemClock};

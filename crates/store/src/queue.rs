@@ -8,6 +8,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
+use crate::counters::{self, Count};
 use crate::engine::Engine;
 use crate::error::{AlkError, AlkResult};
 use crate::jobs::{
@@ -269,6 +270,11 @@ pub trait QueueEngine: Send + Sync {
     ///
     /// [`JobState::of`]: crate::jobs::JobState::of
     async fn stats(&self, now: i64) -> AlkResult<QueueStats>;
+
+    /// Up to `max` live messages (not the dead letters) with ids above
+    /// `after`, by id, each in its state at `now`: a range of the primary
+    /// key, for operators' tools.
+    async fn jobs(&self, after: u64, max: u32, now: i64) -> AlkResult<Vec<JobInfo>>;
 }
 
 /// Checks a payload: its size, and for JSON its syntax.
@@ -347,6 +353,7 @@ impl Queue {
             .engine
             .send(std::slice::from_ref(payload), &stamp, now)
             .await?;
+        counters::add(Count::Sent, 1);
         self.wakes.signal(&self.topic);
         ids.first()
             .copied()
@@ -374,6 +381,7 @@ impl Queue {
             return Ok(Vec::new());
         }
         let ids = self.engine.send(payloads, &stamp, now).await?;
+        counters::add(Count::Sent, ids.len() as u64);
         self.wakes.signal(&self.topic);
         Ok(ids)
     }
@@ -403,9 +411,12 @@ impl Queue {
             visibility_ms.unwrap_or(DEFAULT_VISIBILITY_MS),
             now,
         )?;
-        self.engine
+        let got = self
+            .engine
             .claim(max.clamp(1, MAX_RECEIVE), visible_until, floor, now)
-            .await
+            .await?;
+        counters::add(Count::Claimed, got.len() as u64);
+        Ok(got)
     }
 
     /// Like [`Queue::receive`], but waits (holding nothing open) until at
@@ -496,7 +507,11 @@ impl Queue {
             return Ok(());
         };
         match self.engine.ack(&parsed).await? {
-            Settled::Done | Settled::Gone => Ok(()),
+            Settled::Done => {
+                counters::add(Count::Acked, 1);
+                Ok(())
+            }
+            Settled::Gone => Ok(()),
             Settled::Stale => Err(Self::stale(receipt)),
         }
     }
@@ -507,11 +522,14 @@ impl Queue {
         check_batch("receipts", receipts.len())?;
         let parsed: Vec<Option<Receipt>> = receipts.iter().map(|r| Receipt::parse(r)).collect();
         let valid: Vec<Receipt> = parsed.iter().flatten().copied().collect();
-        match valid.as_slice() {
-            [] => Ok(vec![Settled::Gone; receipts.len()]),
-            [one] if receipts.len() == 1 => Ok(vec![self.engine.ack(one).await?]),
-            _ => Ok(self.engine.ack_batch(&valid).await?.settle(&parsed)),
-        }
+        let settled = match valid.as_slice() {
+            [] => return Ok(vec![Settled::Gone; receipts.len()]),
+            [one] if receipts.len() == 1 => vec![self.engine.ack(one).await?],
+            _ => self.engine.ack_batch(&valid).await?.settle(&parsed),
+        };
+        let acked = settled.iter().filter(|s| **s == Settled::Done).count();
+        counters::add(Count::Acked, acked as u64);
+        Ok(settled)
     }
 
     /// Makes the message of a current receipt due at `now`.
@@ -596,6 +614,10 @@ impl Queue {
                 self.wakes.signal(&self.topic);
                 Ok(outcome)
             }
+            Retried::Dead => {
+                counters::add(Count::DeadLettered, 1);
+                Ok(outcome)
+            }
             other => Ok(other),
         }
     }
@@ -608,6 +630,7 @@ impl Queue {
         };
         match self.engine.fail(&parsed, &error_text(error), now).await? {
             Settled::Done => {
+                counters::add(Count::DeadLettered, 1);
                 // The next message of its group may be claimable now.
                 self.wakes.signal(&self.topic);
                 Ok(true)
@@ -688,6 +711,16 @@ impl Queue {
     /// groups it has, and how many of them have a message in flight.
     pub async fn stats(&self, now: i64) -> AlkResult<QueueStats> {
         self.engine.stats(now).await
+    }
+
+    /// Up to `max` (clamped to 1..=[`MAX_DEAD_PAGE`]) live messages with
+    /// ids above `after`, by id, each in its state at `now` (the dead
+    /// letters are listed by [`Queue::dead_letters`]).
+    pub async fn jobs(&self, after: Option<u64>, max: u32, now: i64) -> AlkResult<Vec<JobInfo>> {
+        let after = after.unwrap_or(0).min(i64::MAX as u64);
+        self.engine
+            .jobs(after, max.clamp(1, MAX_DEAD_PAGE), now)
+            .await
     }
 }
 

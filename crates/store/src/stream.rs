@@ -102,6 +102,30 @@ pub trait StreamEngine: Send + Sync {
     /// core's to fill in). Each from the stream's own rows (keys that
     /// start with the stream), never a pass over other streams.
     async fn info(&self, stream: &str, max_consumers: u32) -> AlkResult<StreamInfo>;
+
+    /// Up to `max` streams ever published to whose names come after
+    /// `after` (from the first when `None`), by name: a range of the index
+    /// of stream names.
+    async fn names(&self, after: Option<&str>, max: u32) -> AlkResult<Vec<String>>;
+}
+
+/// The most stream names one [`Streams::names`] page lists.
+pub const MAX_NAMES_LISTED: u32 = 1000;
+
+/// Every stream name of `engine`, page by page (for an engine's
+/// [`crate::Engine::catalog`]).
+pub async fn all_names(engine: &dyn StreamEngine) -> AlkResult<Vec<String>> {
+    let mut names: Vec<String> = Vec::new();
+    loop {
+        let page = engine
+            .names(names.last().map(String::as_str), MAX_NAMES_LISTED)
+            .await?;
+        let done = page.len() < MAX_NAMES_LISTED as usize;
+        names.extend(page);
+        if done {
+            return Ok(names);
+        }
+    }
 }
 
 pub(crate) fn check_save(stream: &str, consumer: &str) -> AlkResult<()> {
@@ -241,6 +265,18 @@ impl Streams {
             c.lag = info.last.saturating_sub(c.offset);
         }
         Ok(info)
+    }
+
+    /// Up to `max` (clamped to 1..=[`MAX_NAMES_LISTED`]) streams ever
+    /// published to, by name, after `after` (the last name of the previous
+    /// page).
+    pub async fn names(&self, after: Option<&str>, max: u32) -> AlkResult<Vec<String>> {
+        if let Some(after) = after {
+            check_name("stream", after)?;
+        }
+        self.engine
+            .names(after, max.clamp(1, MAX_NAMES_LISTED))
+            .await
     }
 
     /// Deletes the events of `stream` at or below `horizon`; how many.

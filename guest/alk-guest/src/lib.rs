@@ -15,7 +15,7 @@ wit_bindgen::generate!({
     inline: "
         package alk:guest;
         world guest {
-            include alk:store/imports@0.1.2;
+            include alk:store/imports@0.1.3;
             import wasi:clocks/monotonic-clock@0.2.12;
         }
     ",

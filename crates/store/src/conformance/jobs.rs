@@ -519,3 +519,44 @@ pub async fn jobs_stats_count_delays_groups_and_dead_letters(engine: &dyn Engine
     let s = q.stats(t + 5_000).await.unwrap();
     assert_eq!((s.waiting, s.delayed), (2, 0), "{s:?}");
 }
+
+/// The live messages come by id, a page at a time, each in its state, with
+/// its payload, attempts and last error; the dead letters are not among
+/// them.
+pub async fn jobs_listing_pages_the_live_messages_by_id(engine: &dyn Engine) {
+    let q = Queue::open(engine, "listing").await.unwrap();
+    let t = 10_000;
+    assert!(q.jobs(None, 10, t).await.unwrap().is_empty());
+    let a = q.send(&text("a"), t).await.unwrap();
+    let b = q
+        .send_with(&text("b"), &with(|o| o.delay_ms = Some(5_000)), t)
+        .await
+        .unwrap();
+    let c = q.send(&text("c"), t).await.unwrap();
+    let d = q.send(&text("d"), t).await.unwrap();
+    // "a" is claimed and retried (due again later, with its error); "c" is
+    // claimed and stays in flight; "d" dies.
+    let got = q.claim(1, Some(60_000), None, t).await.unwrap();
+    q.retry(&got[0].receipt, "boom", Some(1_000), t)
+        .await
+        .unwrap();
+    let more = q.claim(2, Some(60_000), None, t).await.unwrap();
+    assert_eq!(names(&more), ["c", "d"]);
+    assert!(q.fail(&more[1].receipt, "no", t).await.unwrap());
+    let first = q.jobs(None, 2, t).await.unwrap();
+    let ids: Vec<u64> = first.iter().map(|j| j.id).collect();
+    assert_eq!(ids, [a, b]);
+    assert_eq!(first[0].state, JobState::Delayed);
+    assert_eq!(first[0].attempt, 1);
+    assert_eq!(first[0].last_error.as_deref(), Some("boom"));
+    assert_eq!(first[0].payload, text("a"));
+    assert_eq!(first[1].state, JobState::Delayed);
+    let rest = q.jobs(Some(b), 10, t).await.unwrap();
+    let rest: Vec<(u64, JobState)> = rest.iter().map(|j| (j.id, j.state)).collect();
+    assert_eq!(rest, [(c, JobState::InFlight)]);
+    let _ = d;
+    // Later, "a" and "b" are due.
+    let later = q.jobs(None, 10, t + 6_000).await.unwrap();
+    assert_eq!(later[0].state, JobState::Waiting);
+    assert_eq!(later[1].state, JobState::Waiting);
+}

@@ -9,7 +9,7 @@
 //! options of queues: priorities, delays, retries, dead letters,
 //! heartbeats, expiry, groups), [`stream`], [`tx`] (transactions of
 //! streams alone and across mechanisms), [`lock`], [`notify`], [`outbox`]
-//! and [`schedule`]. Each case is also here by name, for the
+//! and [`schedule`], and [`catalog`] (what operators' tools list). Each case is also here by name, for the
 //! `@cases` form of the macro.
 
 use std::sync::Arc;
@@ -18,6 +18,7 @@ use crate::engine::Engine;
 use crate::jobs::SendOptions;
 use crate::queue::{Payload, Queue};
 
+pub mod catalog;
 pub mod jobs;
 pub mod kv;
 pub mod lock;
@@ -27,6 +28,7 @@ pub mod queue;
 pub mod schedule;
 pub mod stream;
 pub mod tx;
+pub use catalog::*;
 pub use jobs::*;
 pub use kv::*;
 pub use lock::*;
@@ -84,6 +86,7 @@ macro_rules! conformance_tests {
                 jobs_groups_take_turns_one_in_flight_each,
                 jobs_claims_look_past_parked_groups_and_count_burials,
                 jobs_stats_count_delays_groups_and_dead_letters,
+                jobs_listing_pages_the_live_messages_by_id,
             ],
             stream: [
                 stream_offsets_survive_trim_and_saves_only_move_forward,
@@ -111,6 +114,10 @@ macro_rules! conformance_tests {
             schedule: [
                 schedules_fire_once_per_boundary_with_bounded_catch_up,
                 scheduler_runners_elect_one_leader_and_report_loss,
+            ],
+            catalog: [
+                stream_names_come_by_name_in_pages,
+                catalog_lists_the_stores_in_use,
             ],
         );
     };

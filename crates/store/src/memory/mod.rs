@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 
-use crate::engine::Engine;
+use crate::engine::{Catalog, Engine};
 use crate::error::AlkResult;
 use crate::kv::KvEngine;
 use crate::lock::LockEngine;
@@ -139,5 +139,22 @@ impl Engine for MemoryEngine {
 
     fn describe(&self) -> String {
         "memory".into()
+    }
+
+    async fn catalog(&self) -> AlkResult<Catalog> {
+        let sorted = |mut v: Vec<String>| {
+            v.sort();
+            v
+        };
+        let streams = self.streams.names(None, u32::MAX).await?;
+        Ok(Catalog {
+            buckets: sorted(lock(&self.buckets).keys().cloned().collect()),
+            queues: sorted(lock(&self.queues).keys().cloned().collect()),
+            // The memory engine's stores exist from its start.
+            stream_store: true,
+            streams,
+            lock_store: true,
+            unreadable: Vec::new(),
+        })
     }
 }

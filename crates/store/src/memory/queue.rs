@@ -482,6 +482,18 @@ impl QueueEngine for MemQueue {
             .collect())
     }
 
+    async fn jobs(&self, after: u64, max: u32, now: i64) -> AlkResult<Vec<JobInfo>> {
+        let q = lock(&self.0);
+        Ok(q.msgs
+            .range(after.saturating_add(1)..)
+            .take(max as usize)
+            .map(|(id, m)| {
+                let state = JobState::of(m.claim.is_some(), m.visible_at, now);
+                info(*id, m, state, None)
+            })
+            .collect())
+    }
+
     async fn redrive(&self, ids: &[u64], now: i64) -> AlkResult<Vec<Option<u64>>> {
         let mut q = lock(&self.0);
         let mut out = Vec::with_capacity(ids.len());

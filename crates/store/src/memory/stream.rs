@@ -145,6 +145,19 @@ impl StreamEngine for MemStreams {
         })
     }
 
+    async fn names(&self, after: Option<&str>, max: u32) -> AlkResult<Vec<String>> {
+        let s = lock(&self.state);
+        let mut names: Vec<String> = s
+            .last
+            .keys()
+            .filter(|n| after.is_none_or(|a| n.as_str() > a))
+            .cloned()
+            .collect();
+        names.sort();
+        names.truncate(max as usize);
+        Ok(names)
+    }
+
     async fn trim_to(&self, stream: &str, horizon: u64) -> AlkResult<u64> {
         let _writer = self.writer.lock().await;
         let mut s = lock(&self.state);

@@ -165,6 +165,28 @@ def contract():
     def reserved_lock_name_is_reserved_name():
         raises(ReservedName, lock.try_lock, "__alkstore_scheduler", "alice", 1000)
 
+    def holders_list_held_locks_by_name_in_pages():
+        prefix = fresh("holders-")
+        before = now_ms()
+        a = lock.try_lock(prefix + "a", "alice", 60_000)
+        b = lock.try_lock(prefix + "b", "bob", 60_000)
+        c = lock.try_lock(prefix + "c", "carol", 60_000)
+        d = lock.try_lock(prefix + "d", "dave", 30)
+        ensure(a and b and c and d)
+        ensure(c.release())
+        pause(60)
+        first = lock.holders(after=prefix, max=1)
+        ensure(len(first) == 1 and first[0].name == prefix + "a", first)
+        h = first[0]
+        ensure(h.owner == "alice" and h.token == a.token and h.expires_at >= before + 59_000, h)
+        rest = [(h.name, h.owner) for h in lock.holders(after=h.name, max=1000)
+                if h.name.startswith(prefix)]
+        ensure(rest == [(prefix + "b", "bob")], rest)
+        raises(InvalidName, lock.holders, after="a/b", max=1)
+        a.close()
+        b.close()
+        d.close()
+
     Contract().run([
         try_lock_acquires_a_free_lock,
         a_held_lock_is_not_acquired_by_anyone_else,
@@ -184,6 +206,7 @@ def contract():
         bad_owners_are_invalid_argument,
         bad_lock_names_are_invalid_name,
         reserved_lock_name_is_reserved_name,
+        holders_list_held_locks_by_name_in_pages,
     ])
 
 

@@ -429,6 +429,35 @@ def contract():
         ensure(q.dead_letters(max=0) == [])
         raises(InvalidArgument, q.redrive, [1] * 1_001)
 
+    def stats_count_messages_by_state():
+        q = fresh("stats")
+        s = q.stats()
+        ensure((s.waiting, s.delayed, s.in_flight, s.dead, s.groups) == (0, 0, 0, 0, 0), s)
+        ensure(s.oldest_waiting_enqueued_at_ms is None, s)
+        before = now_ms()
+        q.send("a")
+        q.send("b")
+        q.send("later", delay_ms=3_600_000)
+        q.send("g1", group="g")
+        q.send("g2", group="g")
+        s = q.stats()
+        ensure((s.waiting, s.delayed, s.in_flight, s.dead, s.groups, s.groups_in_flight)
+               == (4, 1, 0, 0, 1, 0), s)
+        t = s.oldest_waiting_enqueued_at_ms
+        ensure(t is not None and t + 1_000 >= before and t <= now_ms() + 1_000, s)
+        jobs = q.claim(10)
+        ensure(len(jobs) == 3, jobs)
+        s = q.stats()
+        ensure((s.waiting, s.delayed, s.in_flight, s.groups_in_flight) == (1, 1, 3, 1), s)
+        for j in jobs:
+            ensure(q.fail(j.receipt, "no"))
+        s = q.stats()
+        ensure((s.waiting, s.delayed, s.in_flight, s.dead, s.groups_in_flight)
+               == (1, 1, 0, 3, 0), s)
+        q.purge_dead_letters()
+        s = q.stats()
+        ensure((s.dead, s.waiting, s.delayed) == (0, 1, 1), s)
+
     Contract().run([
         open_returns_named_queue,
         receive_on_empty_queue_is_empty,
@@ -473,6 +502,7 @@ def contract():
         groups_have_one_message_in_flight_in_send_order,
         groups_take_turns,
         bad_send_options_are_invalid_argument,
+        stats_count_messages_by_state,
     ])
 
 

@@ -262,6 +262,25 @@ def contract():
         stream.save_offset(s, "__alkstore_is_fine_here", 1)
         stream.save_offset(s, ".dotted", 1)
 
+    def info_tells_offsets_and_lags():
+        s = fresh("info")
+        empty = stream.info(s)
+        ensure(empty.first is None and empty.last == 0 and empty.consumers == [], empty)
+        for i in range(5):
+            stream.publish(s, bytes([i]))
+        stream.save_offset(s, "slow", 1)
+        stream.save_offset(s, "fast", 5)
+        stream.trim_to(s, 2)
+        info = stream.info(s)
+        ensure(info.first == 3 and info.last == 5, info)
+        lags = [(c.consumer, c.offset, c.lag) for c in info.consumers]
+        ensure(lags == [("fast", 5, 0), ("slow", 1, 4)], lags)
+        stream.trim_to(s, 5)
+        info = stream.info(s)
+        ensure(info.first is None and info.last == 5, info)
+        for bad in BAD_NAMES:
+            raises(InvalidName, stream.info, bad)
+
     Contract().run([
         publish_returns_offsets_from_1_increasing,
         offsets_are_per_stream,
@@ -291,6 +310,7 @@ def contract():
         bad_stream_names_are_invalid_name,
         reserved_stream_name_is_reserved_name,
         consumer_names_are_checked_but_not_reserved,
+        info_tells_offsets_and_lags,
     ])
 
 

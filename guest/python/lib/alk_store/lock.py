@@ -16,6 +16,7 @@ from ._handle import Handle
 from .errors import call
 
 HolderInfo = _l.HolderInfo
+HeldLock = _l.HeldLock
 
 
 def try_lock(name, owner, ttl_ms):
@@ -36,6 +37,24 @@ def holder(name):
     """Who holds lock `name` now (`HolderInfo`: `owner`, `expires_at`,
     `token`), or `None` when it is free."""
     return call(_l.holder, name)
+
+
+def holders(*, after=None, max=100):
+    """Up to `max` locks held now, by name, after `after` (the last name of
+    the previous page): each a `HeldLock` with `name`, `owner`,
+    `expires_at` and `token`."""
+    return call(_l.holders, after, max)
+
+
+def all_holders(*, page=100):
+    """Every lock held now, by name, page by page."""
+    after = None
+    while True:
+        batch = holders(after=after, max=page)
+        yield from batch
+        if len(batch) < page:
+            return
+        after = batch[-1].name
 
 
 class Lock(Handle):

@@ -29,6 +29,7 @@ Message = _q.Message
 Job = _q.Job
 JobInfo = _q.JobInfo
 JobState = _q.JobState
+QueueStats = _q.QueueStats
 AckOutcome = _q.AckOutcome
 # What `retry` (and `outbox.failed`) did.
 Scheduled = _q.Retried_Scheduled
@@ -156,6 +157,13 @@ class Queue(Handle):
     def purge_dead_letters(self):
         """Deletes every dead letter; how many."""
         return call(self._raw.purge_dead_letters)
+
+    def stats(self):
+        """How many messages the queue holds in each state, now: a
+        `QueueStats` with `waiting`, `delayed`, `in_flight`, `dead`,
+        `oldest_waiting_enqueued_at_ms` (or `None`), `groups` and
+        `groups_in_flight`."""
+        return call(self._raw.stats)
 
     def subscribe(self):
         """A `wasi:io` pollable, ready when a message may be receivable."""

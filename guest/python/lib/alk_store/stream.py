@@ -24,6 +24,8 @@ from .errors import call
 
 Event = _s.Event
 NewEvent = _s.NewEvent
+StreamInfo = _s.StreamInfo
+ConsumerLag = _s.ConsumerLag
 
 
 def _bytes(value):
@@ -74,6 +76,13 @@ def save_offset(stream, consumer, offset):
 def get_offset(stream, consumer):
     """`consumer`'s saved offset in `stream`, or `None`."""
     return call(_s.get_offset, stream, consumer)
+
+
+def info(stream):
+    """What `stream` holds: a `StreamInfo` with `first` (the lowest offset
+    stored, or `None`), `last` (the last offset assigned) and `consumers`
+    (each with `consumer`, its saved `offset` and its `lag`)."""
+    return call(_s.info, stream)
 
 
 def trim_to(stream, horizon):

@@ -216,5 +216,33 @@ fn main() {
         );
         Ok(())
     });
+    c.case("holders-list-held-locks-by-name-in-pages", || {
+        let prefix = fresh("holders-");
+        let name = |k: &str| format!("{prefix}{k}");
+        let before = now_ms();
+        let a = ok!(lock::try_lock(&name("a"), "alice", 60_000)).ok_or("a")?;
+        let _b = ok!(lock::try_lock(&name("b"), "bob", 60_000)).ok_or("b")?;
+        let c2 = ok!(lock::try_lock(&name("c"), "carol", 60_000)).ok_or("c")?;
+        let _gone = ok!(lock::try_lock(&name("d"), "dave", 30)).ok_or("d")?;
+        ensure!(ok!(c2.release()));
+        pause(60);
+        let first = ok!(lock::holders(Some(&prefix), 1));
+        ensure!(first.len() == 1 && first[0].name == name("a"), "{first:?}");
+        ensure!(
+            first[0].owner == "alice"
+                && first[0].token == a.token()
+                && first[0].expires_at >= before + 59_000,
+            "{first:?}"
+        );
+        let rest: Vec<_> = ok!(lock::holders(Some(&first[0].name), 1000))
+            .into_iter()
+            .filter(|h| h.name.starts_with(&prefix))
+            .map(|h| (h.name, h.owner))
+            .collect();
+        // Released and expired locks are not listed.
+        ensure!(rest == [(name("b"), "bob".to_string())], "{rest:?}");
+        ensure_matches!(lock::holders(Some("a/b"), 1), Err(Error::InvalidName(_)));
+        Ok(())
+    });
     c.finish();
 }

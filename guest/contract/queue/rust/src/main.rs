@@ -654,5 +654,62 @@ fn main() {
         ensure_matches!(q.redrive(&vec![1; 1_001]), Err(Error::InvalidArgument(_)));
         Ok(())
     });
+    c.case("stats-count-messages-by-state", || {
+        let q = fresh("stats");
+        let empty = ok!(q.stats());
+        ensure!(
+            (empty.waiting, empty.delayed, empty.in_flight, empty.dead, empty.groups)
+                == (0, 0, 0, 0, 0)
+                && empty.oldest_waiting_enqueued_at_ms.is_none(),
+            "{empty:?}"
+        );
+        let before = now_ms();
+        ok!(q.send(&Payload::Text("a".into())));
+        ok!(q.send(&Payload::Text("b".into())));
+        ok!(q.send_with(
+            &Payload::Text("later".into()),
+            &SendOptions {
+                delay_ms: Some(3_600_000),
+                ..plain()
+            }
+        ));
+        let grouped = SendOptions {
+            group: Some("g".into()),
+            ..plain()
+        };
+        ok!(q.send_with(&Payload::Text("g1".into()), &grouped));
+        ok!(q.send_with(&Payload::Text("g2".into()), &grouped));
+        let s = ok!(q.stats());
+        ensure!(
+            (s.waiting, s.delayed, s.in_flight, s.dead, s.groups, s.groups_in_flight)
+                == (4, 1, 0, 0, 1, 0),
+            "{s:?}"
+        );
+        ensure!(
+            s.oldest_waiting_enqueued_at_ms
+                .is_some_and(|t| t + 1_000 >= before && t <= now_ms() + 1_000),
+            "{s:?}"
+        );
+        // The claim takes "a", "b" and the group's first message; the
+        // group's second waits behind it.
+        let jobs = ok!(q.claim(take(10)));
+        ensure!(jobs.len() == 3, "{jobs:?}");
+        let s = ok!(q.stats());
+        ensure!(
+            (s.waiting, s.delayed, s.in_flight, s.groups_in_flight) == (1, 1, 3, 1),
+            "{s:?}"
+        );
+        for j in &jobs {
+            ensure!(ok!(q.fail(&j.receipt, "no")));
+        }
+        let s = ok!(q.stats());
+        ensure!(
+            (s.waiting, s.delayed, s.in_flight, s.dead, s.groups_in_flight) == (1, 1, 0, 3, 0),
+            "{s:?}"
+        );
+        ok!(q.purge_dead_letters());
+        ensure_matches!(q.stats(), Ok(s) if s.dead == 0 && s.waiting == 1 && s.delayed == 1);
+        Ok(())
+    });
     c.finish();
 }

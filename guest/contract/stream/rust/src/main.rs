@@ -369,5 +369,33 @@ fn main() {
         ok!(stream::save_offset(&s, ".dotted", 1));
         Ok(())
     });
+    c.case("info-tells-offsets-and-lags", || {
+        let s = fresh("info");
+        let empty = ok!(stream::info(&s));
+        ensure!(
+            empty.first.is_none() && empty.last == 0 && empty.consumers.is_empty(),
+            "{empty:?}"
+        );
+        for i in 0..5u8 {
+            ok!(stream::publish(&s, &[i]));
+        }
+        ok!(stream::save_offset(&s, "slow", 1));
+        ok!(stream::save_offset(&s, "fast", 5));
+        ok!(stream::trim_to(&s, 2));
+        let info = ok!(stream::info(&s));
+        ensure!(info.first == Some(3) && info.last == 5, "{info:?}");
+        let lags: Vec<_> = info
+            .consumers
+            .iter()
+            .map(|c| (c.consumer.as_str(), c.offset, c.lag))
+            .collect();
+        ensure!(lags == [("fast", 5, 0), ("slow", 1, 4)], "{lags:?}");
+        ok!(stream::trim_to(&s, 5));
+        ensure_matches!(stream::info(&s), Ok(i) if i.first.is_none() && i.last == 5);
+        for bad in &alk_guest::bad_names() {
+            ensure_matches!(stream::info(bad), Err(Error::InvalidName(_)));
+        }
+        Ok(())
+    });
     c.finish();
 }

@@ -4,6 +4,7 @@
 //! `cargo xtask test`).
 
 mod common;
+mod browser;
 mod contract;
 mod coord;
 mod embedders;
@@ -18,6 +19,7 @@ mod kills;
 mod kv_clock;
 mod lock_processes;
 mod multiprocess;
+mod operators;
 mod postgres_cli;
 mod postgres_fault;
 mod postgres_timeout;

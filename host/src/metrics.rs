@@ -9,8 +9,8 @@
 //! few index lookups, so its cost grows with the number of queues, not of
 //! messages.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use alk_store::counters::{Count, get};
 use alk_store::stream::Streams;
@@ -70,17 +70,42 @@ pub async fn render(
     now: i64,
 ) -> AlkResult<String> {
     let mut r = <Registry>::default();
-    counter(&mut r, "alk_messages_sent", "Messages sent to queues by this process.", get(Count::Sent));
-    counter(&mut r, "alk_messages_claimed", "Deliveries handed out by this process's claims.", get(Count::Claimed));
-    counter(&mut r, "alk_messages_acked", "Messages acknowledged by this process.", get(Count::Acked));
+    counter(
+        &mut r,
+        "alk_messages_sent",
+        "Messages sent to queues by this process.",
+        get(Count::Sent),
+    );
+    counter(
+        &mut r,
+        "alk_messages_claimed",
+        "Deliveries handed out by this process's claims.",
+        get(Count::Claimed),
+    );
+    counter(
+        &mut r,
+        "alk_messages_acked",
+        "Messages acknowledged by this process.",
+        get(Count::Acked),
+    );
     counter(
         &mut r,
         "alk_messages_dead_lettered",
         "Messages this process moved to the dead letters (fail, or retry with no attempts left).",
         get(Count::DeadLettered),
     );
-    counter(&mut r, "alk_busy_answers", "Busy errors answered to guests.", get(Count::Busy));
-    counter(&mut r, "alk_engine_failures", "Internal errors answered to guests.", get(Count::Failure));
+    counter(
+        &mut r,
+        "alk_busy_answers",
+        "Busy errors answered to guests.",
+        get(Count::Busy),
+    );
+    counter(
+        &mut r,
+        "alk_engine_failures",
+        "Internal errors answered to guests.",
+        get(Count::Failure),
+    );
     #[cfg(feature = "turso")]
     gauge(
         &mut r,
@@ -90,16 +115,37 @@ pub async fn render(
     );
     if let Some(h) = http {
         let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        counter(&mut r, "alk_http_requests", "HTTP requests answered.", load(&h.requests));
-        counter(&mut r, "alk_http_requests_refused", "HTTP requests refused at the concurrency limit.", load(&h.refused));
-        counter(&mut r, "alk_http_requests_timed_out", "HTTP requests whose handler ran past its time limit.", load(&h.timed_out));
-        counter(&mut r, "alk_http_handler_failures", "HTTP requests whose handler trapped or gave no response.", load(&h.failed));
+        counter(
+            &mut r,
+            "alk_http_requests",
+            "HTTP requests answered.",
+            load(&h.requests),
+        );
+        counter(
+            &mut r,
+            "alk_http_requests_refused",
+            "HTTP requests refused at the concurrency limit.",
+            load(&h.refused),
+        );
+        counter(
+            &mut r,
+            "alk_http_requests_timed_out",
+            "HTTP requests whose handler ran past its time limit.",
+            load(&h.timed_out),
+        );
+        counter(
+            &mut r,
+            "alk_http_handler_failures",
+            "HTTP requests whose handler trapped or gave no response.",
+            load(&h.failed),
+        );
     }
     if let Some(engine) = engine {
         stores(&mut r, engine, now).await?;
     }
     let mut out = String::new();
-    encode(&mut out, &r).map_err(|e| alk_store::AlkError::Internal(format!("encoding metrics: {e}")))?;
+    encode(&mut out, &r)
+        .map_err(|e| alk_store::AlkError::Internal(format!("encoding metrics: {e}")))?;
     Ok(out)
 }
 
@@ -120,26 +166,54 @@ async fn stores(r: &mut Registry, engine: &Arc<dyn Engine>, now: i64) -> AlkResu
             ("dead", s.dead),
         ] {
             messages
-                .get_or_create(&vec![("queue".into(), name.clone()), ("state".into(), state.into())])
+                .get_or_create(&vec![
+                    ("queue".into(), name.clone()),
+                    ("state".into(), state.into()),
+                ])
                 .set(to_i64(n));
         }
         let label = vec![("queue".to_string(), name.clone())];
-        oldest
-            .get_or_create(&label)
-            .set(s.oldest_waiting_enqueued_at.map_or(0, |t| ((now - t).max(0)) / 1000));
+        oldest.get_or_create(&label).set(
+            s.oldest_waiting_enqueued_at
+                .map_or(0, |t| ((now - t).max(0)) / 1000),
+        );
         groups.get_or_create(&label).set(to_i64(s.groups));
-        groups_busy.get_or_create(&label).set(to_i64(s.groups_in_flight));
+        groups_busy
+            .get_or_create(&label)
+            .set(to_i64(s.groups_in_flight));
     }
-    r.register("alk_queue_messages", "Messages of a queue, by state.", messages);
+    r.register(
+        "alk_queue_messages",
+        "Messages of a queue, by state.",
+        messages,
+    );
     r.register(
         "alk_queue_oldest_waiting_age_seconds",
         "Seconds since the oldest waiting message of a queue was sent (0 when none waits).",
         oldest,
     );
-    r.register("alk_queue_groups", "Groups of a queue with at least one message.", groups);
-    r.register("alk_queue_groups_in_flight", "Groups of a queue with a message in flight.", groups_busy);
-    gauge(r, "alk_queues", "Queues in the stores.", to_i64(catalog.queues.len() as u64));
-    gauge(r, "alk_buckets", "Buckets in the stores.", to_i64(catalog.buckets.len() as u64));
+    r.register(
+        "alk_queue_groups",
+        "Groups of a queue with at least one message.",
+        groups,
+    );
+    r.register(
+        "alk_queue_groups_in_flight",
+        "Groups of a queue with a message in flight.",
+        groups_busy,
+    );
+    gauge(
+        r,
+        "alk_queues",
+        "Queues in the stores.",
+        to_i64(catalog.queues.len() as u64),
+    );
+    gauge(
+        r,
+        "alk_buckets",
+        "Buckets in the stores.",
+        to_i64(catalog.buckets.len() as u64),
+    );
     let last = Family::<Labels, Gauge>::default();
     let lag = Family::<Labels, Gauge>::default();
     if catalog.stream_store {
@@ -157,8 +231,16 @@ async fn stores(r: &mut Registry, engine: &Arc<dyn Engine>, now: i64) -> AlkResu
             }
         }
     }
-    r.register("alk_stream_last_offset", "The last offset assigned in a stream.", last);
-    r.register("alk_stream_consumer_lag", "Offsets of a stream after a consumer's saved one.", lag);
+    r.register(
+        "alk_stream_last_offset",
+        "The last offset assigned in a stream.",
+        last,
+    );
+    r.register(
+        "alk_stream_consumer_lag",
+        "Offsets of a stream after a consumer's saved one.",
+        lag,
+    );
     let mut held = 0u64;
     if catalog.lock_store {
         let locks = engine.locks().await?;

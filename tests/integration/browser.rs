@@ -128,7 +128,10 @@ fn an_operator_redrives_a_dead_letter_in_a_real_browser() {
         // The page refreshes: no dead letter is left.
         let deadline = Instant::now() + Duration::from_secs(30);
         while text_of("tr[data-queue='orders'] td.dead-count").await != "0" {
-            assert!(Instant::now() < deadline, "the dead letter is still counted");
+            assert!(
+                Instant::now() < deadline,
+                "the dead letter is still counted"
+            );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         let shot = c.screenshot().await.unwrap();

@@ -90,9 +90,17 @@ fn inspect(store: &(impl StoreArgs + ?Sized), args: &[&str]) -> std::process::Ou
 
 fn inspect_json(store: &(impl StoreArgs + ?Sized), args: &[&str]) -> Value {
     let out = inspect(store, args);
-    assert!(out.status.success(), "inspect {args:?}: {}", text(&out.stderr));
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("inspect {args:?} printed no JSON ({e}): {}", text(&out.stdout)))
+    assert!(
+        out.status.success(),
+        "inspect {args:?}: {}",
+        text(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "inspect {args:?} printed no JSON ({e}): {}",
+            text(&out.stdout)
+        )
+    })
 }
 
 fn store_files(dir: &Path) -> Vec<String> {
@@ -117,15 +125,31 @@ fn inspect_shows_every_store_and_changes_none(store: &Store) {
     let q = find(&o["queues"], "orders");
     assert_eq!(
         (&q["waiting"], &q["delayed"], &q["in_flight"], &q["dead"]),
-        (&Value::from(2), &Value::from(1), &Value::from(0), &Value::from(1)),
+        (
+            &Value::from(2),
+            &Value::from(1),
+            &Value::from(0),
+            &Value::from(1)
+        ),
         "{q}"
     );
     assert!(q["oldest_waiting_enqueued_at_ms"].as_i64().is_some(), "{q}");
     let s = find(&o["streams"], "events");
-    assert_eq!((&s["first"], &s["last"]), (&Value::from(1), &Value::from(4)), "{s}");
+    assert_eq!(
+        (&s["first"], &s["last"]),
+        (&Value::from(1), &Value::from(4)),
+        "{s}"
+    );
     assert_eq!(s["consumers"][0]["consumer"], "proj");
     assert_eq!(s["consumers"][0]["lag"], 3);
-    assert!(o["buckets"].as_array().unwrap().iter().any(|b| b == "settings"), "{o}");
+    assert!(
+        o["buckets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|b| b == "settings"),
+        "{o}"
+    );
     let l = find(&o["locks"], "leader");
     assert_eq!(l["owner"], "w1");
     let sc = find(&o["schedules"], "sweep");
@@ -136,7 +160,16 @@ fn inspect_shows_every_store_and_changes_none(store: &Store) {
     let out = inspect(store, &[]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let tables = text(&out.stdout);
-    for word in ["QUEUE", "orders", "STREAM", "events", "proj at 1 (lag 3)", "settings", "leader", "sweep"] {
+    for word in [
+        "QUEUE",
+        "orders",
+        "STREAM",
+        "events",
+        "proj at 1 (lag 3)",
+        "settings",
+        "leader",
+        "sweep",
+    ] {
         assert!(tables.contains(word), "no {word:?} in\n{tables}");
     }
 
@@ -167,7 +200,10 @@ fn inspect_shows_every_store_and_changes_none(store: &Store) {
     let missing = inspect(store, &["queue", "nope"]);
     assert!(!missing.status.success());
     let why = text(&missing.stderr);
-    assert!(why.contains("no queue \"nope\"") && why.contains("orders"), "{why}");
+    assert!(
+        why.contains("no queue \"nope\"") && why.contains("orders"),
+        "{why}"
+    );
     let missing = inspect(store, &["kv", "settings", "--get", "nope"]);
     assert!(!missing.status.success());
 
@@ -187,8 +223,15 @@ fn inspect_refuses_a_place_without_alk_stores_and_creates_nothing() {
     let out = inspect(dir.path(), &[]);
     assert!(!out.status.success());
     let why = text(&out.stderr);
-    assert!(why.contains("holds no alk stores") && why.contains("--data-dir"), "{why}");
-    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "something was created");
+    assert!(
+        why.contains("holds no alk stores") && why.contains("--data-dir"),
+        "{why}"
+    );
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "something was created"
+    );
     // The scheduler's listing no longer prints nothing on a mistyped
     // directory.
     let out = alk_host()
@@ -200,16 +243,27 @@ fn inspect_refuses_a_place_without_alk_stores_and_creates_nothing() {
     assert!(text(&out.stderr).contains("holds no alk stores"));
     let missing = dir.path().join("typo");
     let out = inspect(&missing, &[]);
-    assert!(text(&out.stderr).contains("is not a directory"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("is not a directory"),
+        "{}",
+        text(&out.stderr)
+    );
     assert!(!missing.exists());
     // Another program's database where a bucket belongs is named, not read.
     let foreign = dir.path().join("kv").join("theirs");
     std::fs::create_dir_all(&foreign).unwrap();
-    std::fs::write(foreign.join("localkv.sqlite"), b"not a database, not at all").unwrap();
+    std::fs::write(
+        foreign.join("localkv.sqlite"),
+        b"not a database, not at all",
+    )
+    .unwrap();
     let out = inspect(dir.path(), &[]);
     assert!(!out.status.success());
     let why = text(&out.stderr);
-    assert!(why.contains("theirs") && why.contains("not a database"), "{why}");
+    assert!(
+        why.contains("theirs") && why.contains("not a database"),
+        "{why}"
+    );
     // A fresh schema on the database server is not created either.
     let url = common::postgres_url();
     let out = alk_host()
@@ -217,14 +271,27 @@ fn inspect_refuses_a_place_without_alk_stores_and_creates_nothing() {
         .output()
         .unwrap();
     assert!(!out.status.success());
-    assert!(text(&out.stderr).contains("holds no alk stores"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("holds no alk stores"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 /// A minimal HTTP/1.1 exchange (the test's own client): status, body.
-pub fn http(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, String) {
+pub fn http(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String) {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    let mut req = format!("{method} {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\ncontent-length: {}\r\n", body.len());
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\ncontent-length: {}\r\n",
+        body.len()
+    );
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
     }
@@ -241,7 +308,10 @@ pub fn http(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
     // A chunked body: join the chunks.
-    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
         let mut out = String::new();
         let mut rest = rest;
         while let Some((size, after)) = rest.split_once("\r\n") {
@@ -322,8 +392,12 @@ fn the_dashboard_serves_counts_metrics_and_confirmed_actions(store: &Store) {
     let d = dashboard(store, &["--addr", "127.0.0.1:0"]);
     let (status, page) = http(d.addr, "GET", "/", &[], "");
     assert_eq!(status, 200);
-    assert!(page.contains("<title>alk dashboard</title>") && !page.contains("http://") && !page.contains("https://"),
-        "the page fetches nothing from elsewhere");
+    assert!(
+        page.contains("<title>alk dashboard</title>")
+            && !page.contains("http://")
+            && !page.contains("https://"),
+        "the page fetches nothing from elsewhere"
+    );
     let (status, body) = http(d.addr, "GET", "/api/overview", &[], "");
     assert_eq!(status, 200, "{body}");
     let o: Value = serde_json::from_str(&body).unwrap();
@@ -333,10 +407,30 @@ fn the_dashboard_serves_counts_metrics_and_confirmed_actions(store: &Store) {
     let (status, text) = http(d.addr, "GET", "/metrics", &[], "");
     assert_eq!(status, 200);
     let m = metrics(&text);
-    for (state, n) in [("waiting", 2.0), ("delayed", 1.0), ("in_flight", 0.0), ("dead", 1.0)] {
-        assert_eq!(sample(&m, "alk_queue_messages", &[("queue", "orders"), ("state", state)]), n, "{state}");
+    for (state, n) in [
+        ("waiting", 2.0),
+        ("delayed", 1.0),
+        ("in_flight", 0.0),
+        ("dead", 1.0),
+    ] {
+        assert_eq!(
+            sample(
+                &m,
+                "alk_queue_messages",
+                &[("queue", "orders"), ("state", state)]
+            ),
+            n,
+            "{state}"
+        );
     }
-    assert_eq!(sample(&m, "alk_stream_consumer_lag", &[("stream", "events"), ("consumer", "proj")]), 3.0);
+    assert_eq!(
+        sample(
+            &m,
+            "alk_stream_consumer_lag",
+            &[("stream", "events"), ("consumer", "proj")]
+        ),
+        3.0
+    );
     assert_eq!(sample(&m, "alk_locks_held", &[]), 1.0);
 
     // An action without the page's header is refused; with it, done.
@@ -344,20 +438,48 @@ fn the_dashboard_serves_counts_metrics_and_confirmed_actions(store: &Store) {
     let dead: Value = serde_json::from_str(&dead).unwrap();
     let id = dead["jobs"][0]["id"].as_u64().unwrap();
     let action = format!("{{\"queue\":\"orders\",\"ids\":[{id}]}}");
-    let (status, _) = http(d.addr, "POST", "/api/actions/redrive", &[("content-type", "application/json")], &action);
+    let (status, _) = http(
+        d.addr,
+        "POST",
+        "/api/actions/redrive",
+        &[("content-type", "application/json")],
+        &action,
+    );
     assert_eq!(status, 403);
     let (status, _) = http(d.addr, "GET", "/api/actions/redrive", &[], "");
     assert_eq!(status, 404);
-    let (status, body) = http(d.addr, "POST", "/api/actions/redrive", &[("x-alk-action", "1")], &action);
+    let (status, body) = http(
+        d.addr,
+        "POST",
+        "/api/actions/redrive",
+        &[("x-alk-action", "1")],
+        &action,
+    );
     assert_eq!(status, 200, "{body}");
-    let (status, body) = http(d.addr, "POST", "/api/actions/redrive", &[("x-alk-action", "1")], "{\"queue\":\"nope\",\"ids\":[1]}");
+    let (status, body) = http(
+        d.addr,
+        "POST",
+        "/api/actions/redrive",
+        &[("x-alk-action", "1")],
+        "{\"queue\":\"nope\",\"ids\":[1]}",
+    );
     assert_eq!(status, 404, "{body}");
-    let (status, _) = http(d.addr, "POST", "/api/actions/redrive", &[("x-alk-action", "1")], "not json");
+    let (status, _) = http(
+        d.addr,
+        "POST",
+        "/api/actions/redrive",
+        &[("x-alk-action", "1")],
+        "not json",
+    );
     assert_eq!(status, 400);
     // A guest now receives the redriven message.
     let out = common::run_cli("queue-tool", store, &[], &["receive", "orders", "10"]);
     assert!(out.status.success(), "{}", common::text(&out.stderr));
-    assert!(common::text(&out.stdout).lines().any(|l| l.ends_with(" a")), "{}", common::text(&out.stdout));
+    assert!(
+        common::text(&out.stdout).lines().any(|l| l.ends_with(" a")),
+        "{}",
+        common::text(&out.stdout)
+    );
 }
 
 on_every_engine! {
@@ -376,23 +498,61 @@ fn a_dashboard_off_loopback_needs_its_token_on_every_request() {
         .output()
         .unwrap();
     assert!(!out.status.success());
-    assert!(text(&out.stderr).contains("needs a token"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("needs a token"),
+        "{}",
+        text(&out.stderr)
+    );
     let token = "s3cret-token-of-the-test";
     let d = dashboard(&store, &["--addr", "0.0.0.0:0", "--token", token]);
     let addr = SocketAddr::from(([127, 0, 0, 1], d.addr.port()));
     for path in ["/", "/api/overview", "/metrics", "/api/queue?name=orders"] {
         assert_eq!(http(addr, "GET", path, &[], "").0, 401, "{path}");
-        assert_eq!(http(addr, "GET", path, &[("authorization", "Bearer wrong-token-wrong-token")], "").0, 401, "{path}");
+        assert_eq!(
+            http(
+                addr,
+                "GET",
+                path,
+                &[("authorization", "Bearer wrong-token-wrong-token")],
+                ""
+            )
+            .0,
+            401,
+            "{path}"
+        );
     }
     let action = "{\"queue\":\"orders\"}";
-    assert_eq!(http(addr, "POST", "/api/actions/purge-dead", &[("x-alk-action", "1")], action).0, 401);
+    assert_eq!(
+        http(
+            addr,
+            "POST",
+            "/api/actions/purge-dead",
+            &[("x-alk-action", "1")],
+            action
+        )
+        .0,
+        401
+    );
     let bearer = format!("Bearer {token}");
-    assert_eq!(http(addr, "GET", "/api/overview", &[("authorization", &bearer)], "").0, 200);
+    assert_eq!(
+        http(
+            addr,
+            "GET",
+            "/api/overview",
+            &[("authorization", &bearer)],
+            ""
+        )
+        .0,
+        200
+    );
     // The browser's way: /?token=… once sets a cookie.
     let (status, _) = http(addr, "GET", &format!("/?token={token}"), &[], "");
     assert_eq!(status, 303);
     let cookie = format!("alk_token={token}");
-    assert_eq!(http(addr, "GET", "/metrics", &[("cookie", &cookie)], "").0, 200);
+    assert_eq!(
+        http(addr, "GET", "/metrics", &[("cookie", &cookie)], "").0,
+        200
+    );
     assert_eq!(http(addr, "GET", "/?token=nope", &[], "").0, 401);
     // Nothing was purged by the refused action.
     let o = inspect_json(&store, &["--json"]);
@@ -405,13 +565,29 @@ fn alk_dashboard_token_env() -> &'static str {
 
 /// Runs 4 workers and 2 producers on one queue, with `watch` polling the
 /// stores all along; the workers' wall time and what they printed.
-fn workload(store: &Store, queue: &str, per_producer: u32, watch: &mut dyn FnMut()) -> (Duration, Vec<String>) {
+fn workload(
+    store: &Store,
+    queue: &str,
+    per_producer: u32,
+    watch: &mut dyn FnMut(),
+) -> (Duration, Vec<String>) {
     let start = Instant::now();
     let workers: Vec<Child> = (0..4)
         .map(|_| common::spawn_guest(store, "queue-tool", &["work", queue, "16", "30000", "5000"]))
         .collect();
     let producers: Vec<Child> = (0..2)
-        .map(|i| common::spawn_guest(store, "queue-tool", &["produce", queue, &per_producer.to_string(), &format!("p{i}")]))
+        .map(|i| {
+            common::spawn_guest(
+                store,
+                "queue-tool",
+                &[
+                    "produce",
+                    queue,
+                    &per_producer.to_string(),
+                    &format!("p{i}"),
+                ],
+            )
+        })
         .collect();
     let mut running: Vec<(Child, &str)> = workers
         .into_iter()
@@ -452,8 +628,15 @@ fn operators_watching_do_not_disturb_workers(store: &Store) {
     });
     for (what, outputs) in [("alone", &out_alone), ("watched", &out_watched)] {
         let all = outputs.join("\n");
-        assert!(!all.lines().any(|l| l.starts_with("error")), "{what}: a worker saw errors:\n{}",
-            all.lines().filter(|l| l.starts_with("error")).take(5).collect::<Vec<_>>().join("\n"));
+        assert!(
+            !all.lines().any(|l| l.starts_with("error")),
+            "{what}: a worker saw errors:\n{}",
+            all.lines()
+                .filter(|l| l.starts_with("error"))
+                .take(5)
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
         let acked: u64 = all
             .lines()
             .filter_map(|l| l.strip_prefix("done "))
@@ -465,11 +648,22 @@ fn operators_watching_do_not_disturb_workers(store: &Store) {
     let o = inspect_json(store, &["--json"]);
     for q in ["work-alone", "work-watched"] {
         let s = find(&o["queues"], q);
-        assert_eq!((&s["waiting"], &s["in_flight"], &s["dead"]), (&Value::from(0), &Value::from(0), &Value::from(0)), "{s}");
+        assert_eq!(
+            (&s["waiting"], &s["in_flight"], &s["dead"]),
+            (&Value::from(0), &Value::from(0), &Value::from(0)),
+            "{s}"
+        );
     }
     let (_, text) = http(d.addr, "GET", "/metrics", &[], "");
     let m = metrics(&text);
-    assert_eq!(sample(&m, "alk_queue_messages", &[("queue", "work-watched"), ("state", "waiting")]), 0.0);
+    assert_eq!(
+        sample(
+            &m,
+            "alk_queue_messages",
+            &[("queue", "work-watched"), ("state", "waiting")]
+        ),
+        0.0
+    );
     // A figure, not an assertion: the machine's speed is not the test's.
     println!(
         "4 workers + 2 producers, {} messages: {:.2} s alone, {:.2} s watched ({looks} looks by inspect, the dashboard and /metrics); ratio {:.2}",
@@ -482,4 +676,53 @@ fn operators_watching_do_not_disturb_workers(store: &Store) {
 
 on_every_engine! {
     operators_watching_do_not_disturb_workers;
+}
+
+#[test]
+fn serve_answers_metrics_on_a_listener_of_its_own() {
+    let store = Store::dir();
+    populate(&store);
+    let mut child = alk_host()
+        .arg("serve")
+        .arg(common::guest("http-guest"))
+        .args(store.store_args())
+        .args(["--addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut addr_of = |what: &str| -> SocketAddr {
+        let line = lines.next().and_then(Result::ok).unwrap_or_default();
+        assert!(line.contains(what), "{line}");
+        line.split("http://")
+            .nth(1)
+            .and_then(|a| a.split('/').next())
+            .and_then(|a| a.parse().ok())
+            .unwrap_or_else(|| panic!("no address in {line}"))
+    };
+    let app = addr_of("Serving HTTP");
+    let metrics_addr = addr_of("metrics");
+    std::thread::spawn(move || for _ in lines {});
+    for _ in 0..3 {
+        assert_eq!(http(app, "GET", "/count/1", &[], "").0, 200);
+    }
+    assert_eq!(http(app, "GET", "/trap", &[], "").0, 500);
+    // The handler's own paths are the handler's: /metrics there is its.
+    let (status, text) = http(metrics_addr, "GET", "/metrics", &[], "");
+    assert_eq!(status, 200, "{text}");
+    let m = metrics(&text);
+    assert_eq!(sample(&m, "alk_http_requests_total", &[]), 4.0);
+    assert_eq!(sample(&m, "alk_http_handler_failures_total", &[]), 1.0);
+    assert_eq!(
+        sample(
+            &m,
+            "alk_queue_messages",
+            &[("queue", "orders"), ("state", "dead")]
+        ),
+        1.0
+    );
+    assert_eq!(http(metrics_addr, "GET", "/other", &[], "").0, 404);
+    let _ = child.kill();
+    let _ = child.wait();
 }

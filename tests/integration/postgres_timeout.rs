@@ -146,8 +146,12 @@ fn statements_cancelled_by_the_server_leave_every_host_working_once_it_stops() {
     let out = run_cli("queue-tool", &store, &[], &["purge", "jobs"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
 
+    // A consumer stops after this long without a message. It must outlast
+    // the producers' own recovery after a fault on a loaded machine: with
+    // 3 s, a consumer once gave up ("done") during a round, and the test
+    // then waited in vain for it to acknowledge again.
     let mut consumers: Vec<Watched> = (0..CONSUMERS)
-        .map(|_| Watched::spawn(&store, &["work", "jobs", "5", VISIBILITY_MS, "3000"]))
+        .map(|_| Watched::spawn(&store, &["work", "jobs", "5", VISIBILITY_MS, "20000"]))
         .collect();
     let mut producers: Vec<Watched> = (0..PRODUCERS)
         .map(|p| Watched::spawn(&store, &["feed", "jobs", &format!("p{p}"), "stop"]))

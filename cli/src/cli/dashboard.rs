@@ -74,7 +74,11 @@ struct State {
 
 type Body = http_body_util::combinators::UnsyncBoxBody<Bytes, Infallible>;
 
-fn respond(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Response<Body> {
+fn respond(
+    status: StatusCode,
+    content_type: &'static str,
+    body: impl Into<Bytes>,
+) -> Response<Body> {
     let mut r = Response::new(Full::new(body.into()).boxed_unsync());
     *r.status_mut() = status;
     r.headers_mut()
@@ -174,7 +178,10 @@ impl DashboardCommand {
             );
         }
         if let Some(t) = &token
-            && (t.len() < 16 || !t.chars().all(|c| c.is_ascii_graphic() && c != ';' && c != ','))
+            && (t.len() < 16
+                || !t
+                    .chars()
+                    .all(|c| c.is_ascii_graphic() && c != ';' && c != ','))
         {
             wasmtime::bail!(
                 "the token must be at least 16 printable characters without spaces, ';' or ','"
@@ -188,7 +195,11 @@ impl DashboardCommand {
         eprintln!(
             "Dashboard of {} on http://{addr}/{}",
             engine.describe(),
-            if token.is_some() { " (token required)" } else { "" }
+            if token.is_some() {
+                " (token required)"
+            } else {
+                ""
+            }
         );
         let state = Arc::new(State { engine, token });
         let stop = super::serve::signal();
@@ -227,10 +238,15 @@ async fn handle(state: &State, req: Request<Incoming>) -> Response<Body> {
             && let Some(given) = param(&q, "token")
         {
             if !same(given, expected) {
-                return respond(StatusCode::UNAUTHORIZED, "text/plain; charset=utf-8", "wrong token\n");
+                return respond(
+                    StatusCode::UNAUTHORIZED,
+                    "text/plain; charset=utf-8",
+                    "wrong token\n",
+                );
             }
             let mut r = respond(StatusCode::SEE_OTHER, "text/plain; charset=utf-8", "");
-            r.headers_mut().insert(header::LOCATION, HeaderValue::from_static("/"));
+            r.headers_mut()
+                .insert(header::LOCATION, HeaderValue::from_static("/"));
             if let Ok(v) = HeaderValue::from_str(&format!(
                 "alk_token={expected}; HttpOnly; SameSite=Strict; Path=/"
             )) {
@@ -280,7 +296,10 @@ async fn handle(state: &State, req: Request<Incoming>) -> Response<Body> {
             .await;
             match result {
                 Ok(Some(v)) => json_response(StatusCode::OK, &v),
-                Ok(None) => fail(StatusCode::NOT_FOUND, format!("there is no stream {name:?}")),
+                Ok(None) => fail(
+                    StatusCode::NOT_FOUND,
+                    format!("there is no stream {name:?}"),
+                ),
                 Err(e) => engine_error(e),
             }
         }
@@ -299,7 +318,9 @@ async fn handle(state: &State, req: Request<Incoming>) -> Response<Body> {
             };
             act(&state.engine, &action, &body).await
         }
-        (Method::GET | Method::POST, _) => fail(StatusCode::NOT_FOUND, format!("no such page: {path}")),
+        (Method::GET | Method::POST, _) => {
+            fail(StatusCode::NOT_FOUND, format!("no such page: {path}"))
+        }
         _ => fail(StatusCode::METHOD_NOT_ALLOWED, "only GET and POST"),
     }
 }
@@ -315,8 +336,12 @@ async fn read_body(req: Request<Incoming>) -> Result<Value, Response<Body>> {
             ));
         }
     };
-    serde_json::from_slice(&bytes)
-        .map_err(|e| fail(StatusCode::BAD_REQUEST, format!("the body is not JSON: {e}")))
+    serde_json::from_slice(&bytes).map_err(|e| {
+        fail(
+            StatusCode::BAD_REQUEST,
+            format!("the body is not JSON: {e}"),
+        )
+    })
 }
 
 async fn overview(engine: &Arc<dyn Engine>) -> Result<Value, AlkError> {
@@ -397,7 +422,10 @@ async fn kv(engine: &Arc<dyn Engine>, q: &[(String, String)]) -> Response<Body> 
     .await;
     match result {
         Ok(Some(v)) => json_response(StatusCode::OK, &v),
-        Ok(None) => fail(StatusCode::NOT_FOUND, format!("there is no bucket {name:?}")),
+        Ok(None) => fail(
+            StatusCode::NOT_FOUND,
+            format!("there is no bucket {name:?}"),
+        ),
         Err(e) => engine_error(e),
     }
 }
@@ -406,7 +434,10 @@ async fn kv(engine: &Arc<dyn Engine>, q: &[(String, String)]) -> Response<Body> 
 /// "id"}`) or `purge-dead` (`{"queue"}`); what it did.
 async fn act(engine: &Arc<dyn Engine>, action: &str, body: &Value) -> Response<Body> {
     let Some(name) = body["queue"].as_str() else {
-        return fail(StatusCode::BAD_REQUEST, "the body names no queue (\"queue\")");
+        return fail(
+            StatusCode::BAD_REQUEST,
+            "the body names no queue (\"queue\")",
+        );
     };
     let queue = match open_queue(engine, name).await {
         Ok(Some(q)) => q,
@@ -420,7 +451,10 @@ async fn act(engine: &Arc<dyn Engine>, action: &str, body: &Value) -> Response<B
                 .as_array()
                 .and_then(|a| a.iter().map(Value::as_u64).collect::<Option<Vec<u64>>>())
             else {
-                return fail(StatusCode::BAD_REQUEST, "\"ids\" is not a list of message ids");
+                return fail(
+                    StatusCode::BAD_REQUEST,
+                    "\"ids\" is not a list of message ids",
+                );
             };
             queue
                 .redrive(&ids, now)
@@ -431,12 +465,12 @@ async fn act(engine: &Arc<dyn Engine>, action: &str, body: &Value) -> Response<B
             let Some(id) = body["id"].as_u64() else {
                 return fail(StatusCode::BAD_REQUEST, "\"id\" is not a message id");
             };
-            queue.cancel(id).await.map(|found| json!({"cancelled": found}))
+            queue
+                .cancel(id)
+                .await
+                .map(|found| json!({"cancelled": found}))
         }
-        "purge-dead" => queue
-            .purge_dead()
-            .await
-            .map(|n| json!({"purged": n})),
+        "purge-dead" => queue.purge_dead().await.map(|n| json!({"purged": n})),
         other => return fail(StatusCode::NOT_FOUND, format!("no such action: {other}")),
     };
     match done {

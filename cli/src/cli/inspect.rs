@@ -3,9 +3,9 @@
 
 use std::process::ExitCode;
 
+use alk_host::store::StreamLimits;
 use alk_host::store::queue::Queue;
 use alk_host::store::stream::Streams;
-use alk_host::store::StreamLimits;
 use serde_json::{Value, json};
 
 use super::run::{HOST_FAILURE, one_line};
@@ -154,7 +154,15 @@ impl InspectCommand {
                 });
                 emit(common.json, doc, || {
                     let mut out = table(
-                        &["QUEUE", "WAITING", "DELAYED", "IN FLIGHT", "DEAD", "OLDEST WAITING", "GROUPS BUSY/ALL"],
+                        &[
+                            "QUEUE",
+                            "WAITING",
+                            "DELAYED",
+                            "IN FLIGHT",
+                            "DEAD",
+                            "OLDEST WAITING",
+                            "GROUPS BUSY/ALL",
+                        ],
                         vec![vec![
                             name.clone(),
                             stats.waiting.to_string(),
@@ -224,14 +232,18 @@ impl InspectCommand {
                 emit(common.json, stream_json(&name, &info), || {
                     let mut out = format!(
                         "stream {name}: first offset {}, last {}\n\n",
-                        info.first.map(|f| f.to_string()).unwrap_or_else(|| "-".into()),
+                        info.first
+                            .map(|f| f.to_string())
+                            .unwrap_or_else(|| "-".into()),
                         info.last
                     );
                     out.push_str(&table(
                         &["CONSUMER", "OFFSET", "LAG"],
                         info.consumers
                             .iter()
-                            .map(|c| vec![c.consumer.clone(), c.offset.to_string(), c.lag.to_string()])
+                            .map(|c| {
+                                vec![c.consumer.clone(), c.offset.to_string(), c.lag.to_string()]
+                            })
                             .collect(),
                     ));
                     out
@@ -263,13 +275,15 @@ impl InspectCommand {
                             wasmtime::bail!("bucket {bucket:?} has no key {key:?}");
                         };
                         let shown = value_json(&value);
-                        emit(common.json, json!({"bucket": bucket, "key": key, "value": shown}), || {
-                            match (&shown["text"], &shown["hex"]) {
+                        emit(
+                            common.json,
+                            json!({"bucket": bucket, "key": key, "value": shown}),
+                            || match (&shown["text"], &shown["hex"]) {
                                 (Value::String(t), _) => format!("{t}\n"),
                                 (_, Value::String(h)) => format!("(binary, hex) {h}\n"),
                                 _ => String::new(),
-                            }
-                        });
+                            },
+                        );
                     }
                     None => {
                         let page = b

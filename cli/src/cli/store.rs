@@ -52,7 +52,11 @@ impl StoreArgs {
     pub(super) async fn engine(&self) -> wasmtime::Result<Arc<dyn Engine>> {
         Ok(match self.url() {
             Some(url) => Arc::new(connect_with(&url, Durability::Full, false).await?),
-            None => AlkCtx::builder().data_dir(self.dir()).build().engine().clone(),
+            None => AlkCtx::builder()
+                .data_dir(self.dir())
+                .build()
+                .engine()
+                .clone(),
         })
     }
 

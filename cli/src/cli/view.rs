@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 
+use alk_host::Engine;
 use alk_host::store::jobs::{JobInfo, JobState};
 use alk_host::store::kv::Bucket;
 use alk_host::store::lock::Holder;
@@ -14,7 +15,6 @@ use alk_host::store::queue::{Payload, Queue, QueueStats};
 use alk_host::store::schedule::ScheduleRow;
 use alk_host::store::stream::{StreamInfo, Streams};
 use alk_host::store::{AlkResult, Catalog, KvLimits, StreamLimits};
-use alk_host::Engine;
 use serde_json::{Value, json};
 
 /// Everything the engine holds, with each store's figures.
@@ -186,7 +186,15 @@ impl Overview {
                 .collect();
             out.push('\n');
             out.push_str(&table(
-                &["QUEUE", "WAITING", "DELAYED", "IN FLIGHT", "DEAD", "OLDEST WAITING", "GROUPS BUSY/ALL"],
+                &[
+                    "QUEUE",
+                    "WAITING",
+                    "DELAYED",
+                    "IN FLIGHT",
+                    "DEAD",
+                    "OLDEST WAITING",
+                    "GROUPS BUSY/ALL",
+                ],
                 rows,
             ));
         }

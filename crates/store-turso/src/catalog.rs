@@ -25,9 +25,9 @@ fn examine(path: &Path, family: &str) -> Found {
     match inspect(path) {
         Ok(Contents::Fresh) => Found::Nothing,
         Ok(Contents::Marker(m)) if m.split('.').next() == Some(family) => Found::Store,
-        Ok(Contents::Marker(m)) => Found::Unreadable(format!(
-            "holds format {m:?}, not a {family} store"
-        )),
+        Ok(Contents::Marker(m)) => {
+            Found::Unreadable(format!("holds format {m:?}, not a {family} store"))
+        }
         Ok(Contents::Foreign(tables)) => Found::Unreadable(format!(
             "another program's database (tables: {})",
             tables.join(", ")
@@ -93,7 +93,13 @@ where
 {
     let mut c = Catalog::default();
     let mut unreadable = Vec::new();
-    c.buckets = folders(&data_dir.join("kv"), "bucket", "localkv.sqlite", "localkv", &mut unreadable)?;
+    c.buckets = folders(
+        &data_dir.join("kv"),
+        "bucket",
+        "localkv.sqlite",
+        "localkv",
+        &mut unreadable,
+    )?;
     c.queues = folders(
         &data_dir.join("queue"),
         "queue",

@@ -59,6 +59,9 @@ pub async fn catalog_lists_the_stores_in_use(engine: &dyn Engine) {
     assert!(c.stream_store && c.lock_store && !c.is_empty(), "{c:?}");
     assert!(c.unreadable.is_empty(), "{c:?}");
     for list in [&c.buckets, &c.queues, &c.streams] {
-        assert!(list.windows(2).all(|w| w[0] < w[1]), "not by name: {list:?}");
+        assert!(
+            list.windows(2).all(|w| w[0] < w[1]),
+            "not by name: {list:?}"
+        );
     }
 }

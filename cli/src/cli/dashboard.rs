@@ -30,7 +30,7 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use wasmtime_wasi_http::io::TokioIo;
 
-use super::run::{HOST_FAILURE, one_line};
+use super::run::block_on;
 use super::store::StoreArgs;
 use super::view::{self, job_json, now_ms, stats_json, stream_json, value_json};
 
@@ -145,24 +145,7 @@ fn param<'a>(q: &'a [(String, String)], name: &str) -> Option<&'a str> {
 impl DashboardCommand {
     /// Serves until SIGINT or SIGTERM; the process exit code.
     pub fn execute(self) -> ExitCode {
-        let runtime = match tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-        {
-            Ok(rt) => rt,
-            Err(e) => {
-                eprintln!("alk-host: error: {e}");
-                return ExitCode::from(HOST_FAILURE);
-            }
-        };
-        match runtime.block_on(self.run()) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("alk-host: error: {}", one_line(&e));
-                ExitCode::from(HOST_FAILURE)
-            }
-        }
+        block_on(async { self.run().await.map(|()| ExitCode::SUCCESS) })
     }
 
     async fn run(self) -> wasmtime::Result<()> {

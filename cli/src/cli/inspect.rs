@@ -8,7 +8,7 @@ use alk_host::store::queue::Queue;
 use alk_host::store::stream::Streams;
 use serde_json::{Value, json};
 
-use super::run::{HOST_FAILURE, one_line};
+use super::run::block_on;
 use super::store::{StoreArgs, err};
 use super::view::{
     self, ago, job_json, now_ms, payload_json, state_name, stats_json, stream_json, table, until,
@@ -88,24 +88,7 @@ enum What {
 impl InspectCommand {
     /// Runs the command; the process exit code.
     pub fn execute(self) -> ExitCode {
-        let runtime = match tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-        {
-            Ok(rt) => rt,
-            Err(e) => {
-                eprintln!("alk-host: error: {e}");
-                return ExitCode::from(HOST_FAILURE);
-            }
-        };
-        match runtime.block_on(self.run()) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("alk-host: error: {}", one_line(&e));
-                ExitCode::from(HOST_FAILURE)
-            }
-        }
+        block_on(async { self.run().await.map(|()| ExitCode::SUCCESS) })
     }
 
     async fn run(self) -> wasmtime::Result<()> {

@@ -179,6 +179,29 @@ enum MigrateWhat {
     },
 }
 
+/// Runs a command's async body on a runtime of two workers; its exit
+/// code, or the one line of its error and [`HOST_FAILURE`].
+pub(super) fn block_on(body: impl std::future::Future<Output = wasmtime::Result<ExitCode>>) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("alk-host: error: {e}");
+            return ExitCode::from(HOST_FAILURE);
+        }
+    };
+    match runtime.block_on(body) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("alk-host: error: {}", one_line(&e));
+            ExitCode::from(HOST_FAILURE)
+        }
+    }
+}
+
 impl MigrateCommand {
     /// Runs the migration; exit code 0 when the store is v2 afterwards.
     pub fn execute(self) -> ExitCode {

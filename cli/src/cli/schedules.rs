@@ -11,7 +11,7 @@ use alk_host::{AlkError, SystemClock};
 use tokio::signal::unix::{SignalKind, signal};
 
 use super::store::{StoreArgs, err};
-use super::run::{HOST_FAILURE, one_line};
+use super::run::block_on;
 
 /// Run the scheduler, or list the schedules.
 #[derive(Debug, clap::Args)]
@@ -75,24 +75,7 @@ fn runner_name() -> String {
 impl SchedulesCommand {
     /// Runs the command; the process exit code.
     pub fn execute(self) -> ExitCode {
-        let runtime = match tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-        {
-            Ok(rt) => rt,
-            Err(e) => {
-                eprintln!("alk-host: error: {e}");
-                return ExitCode::from(HOST_FAILURE);
-            }
-        };
-        match runtime.block_on(self.run()) {
-            Ok(code) => code,
-            Err(e) => {
-                eprintln!("alk-host: error: {}", one_line(&e));
-                ExitCode::from(HOST_FAILURE)
-            }
-        }
+        block_on(self.run())
     }
 
     async fn run(self) -> wasmtime::Result<ExitCode> {

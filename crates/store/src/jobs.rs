@@ -149,6 +149,177 @@ impl Stamp {
     }
 }
 
+/// The most messages of one group a queue may let be in flight at once.
+pub const MAX_GROUP_CONCURRENCY: u32 = 1_000;
+
+/// How a queue limits its claims (since `alk:store@0.1.4`). The default
+/// is what a queue without limits does: one message of a group in flight
+/// at a time, no cap on the queue, no rate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueLimits {
+    /// Messages of one group in flight at once (1 to
+    /// [`MAX_GROUP_CONCURRENCY`]; default 1). They are handed out in send
+    /// order: a claim may take the group's oldest messages up to this many,
+    /// counting those already in flight (and not yet due) among them.
+    pub group_concurrency: u32,
+    /// Messages of the whole queue in flight at once; `None` is no cap.
+    pub max_in_flight: Option<u32>,
+    /// The token bucket claims take from: one token per message claimed,
+    /// across every process and machine; `None` is no rate.
+    pub rate: Option<crate::rate::RateLimit>,
+    /// Whether `rate` applies to each group separately (the messages
+    /// without a group sharing one more bucket) rather than to the whole
+    /// queue.
+    pub rate_per_group: bool,
+}
+
+impl Default for QueueLimits {
+    fn default() -> Self {
+        QueueLimits {
+            group_concurrency: 1,
+            max_in_flight: None,
+            rate: None,
+            rate_per_group: false,
+        }
+    }
+}
+
+impl QueueLimits {
+    /// Checks every setting.
+    pub fn check(&self) -> AlkResult<()> {
+        if !(1..=MAX_GROUP_CONCURRENCY).contains(&self.group_concurrency) {
+            return Err(AlkError::InvalidArgument(format!(
+                "group-concurrency {} is out of range; it must be 1 to {MAX_GROUP_CONCURRENCY}",
+                self.group_concurrency
+            )));
+        }
+        if self.max_in_flight == Some(0) {
+            return Err(AlkError::InvalidArgument(
+                "max-in-flight 0 would stop every claim; leave it out for no cap".into(),
+            ));
+        }
+        if let Some(rate) = &self.rate {
+            rate.check()?;
+        } else if self.rate_per_group {
+            return Err(AlkError::InvalidArgument(
+                "rate-per-group needs a rate".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether these are the limits of a queue that has none set.
+    pub fn is_default(&self) -> bool {
+        *self == QueueLimits::default()
+    }
+}
+
+/// The bucket key of the messages without a group, when a rate applies
+/// per group (no group key is empty, so it names no group).
+pub const UNGROUPED_BUCKET: &str = "";
+
+/// What makes a message unique in its queue (since `alk:store@0.1.4`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UniqueOptions {
+    /// The key (1 to [`MAX_UNIQUE_KEY_BYTES`] bytes).
+    pub key: String,
+    /// How long the key stays taken after the send, whether the message
+    /// has finished or not; `None`: for as long as the message is live
+    /// (waiting, delayed or in flight).
+    pub for_ms: Option<u64>,
+}
+
+/// Longest unique key, in bytes.
+pub const MAX_UNIQUE_KEY_BYTES: usize = 256;
+
+/// A unique key as stored with a message: [`UniqueOptions`] resolved at
+/// the send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unique {
+    /// The key.
+    pub key: String,
+    /// Until when (epoch ms) the key is taken whatever becomes of the
+    /// message; `None`: while the message is live.
+    pub until: Option<i64>,
+}
+
+impl Unique {
+    /// Checks `options` and resolves them at `now`.
+    pub fn resolve(options: &UniqueOptions, now: i64) -> AlkResult<Unique> {
+        if options.key.is_empty() {
+            return Err(AlkError::InvalidArgument(
+                "unique key is empty; leave the unique options out for a message that may repeat"
+                    .into(),
+            ));
+        }
+        if options.key.len() > MAX_UNIQUE_KEY_BYTES {
+            return Err(AlkError::InvalidArgument(format!(
+                "unique key is {} bytes; the limit is {MAX_UNIQUE_KEY_BYTES}",
+                options.key.len()
+            )));
+        }
+        let until = options
+            .for_ms
+            .map(|ms| after("unique for-ms", ms, now))
+            .transpose()?;
+        Ok(Unique {
+            key: options.key.clone(),
+            until,
+        })
+    }
+
+    /// Whether a key held as `held` (the message `id` holding it, its
+    /// `until`) still blocks a send at `now`; `live` is whether message
+    /// `id` is still in the queue (not acknowledged, dead or deleted).
+    pub fn blocks(until: Option<i64>, live: bool, now: i64) -> bool {
+        match until {
+            Some(t) => t > now,
+            None => live,
+        }
+    }
+}
+
+/// What a send with a unique key did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sent {
+    /// The message's id: the new one, or the one holding the key.
+    pub id: u64,
+    /// Whether the key was taken, so that nothing was stored.
+    pub duplicate: bool,
+}
+
+/// How long a result is kept when the completing call does not say (one
+/// day).
+pub const DEFAULT_RESULT_KEEP_MS: u64 = 86_400_000;
+
+/// The longest a result may be kept (30 days).
+pub const MAX_RESULT_KEEP_MS: u64 = 30 * 86_400_000;
+
+/// A stored result of a completed message (since `alk:store@0.1.4`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobResult {
+    /// The message's id.
+    pub id: u64,
+    /// The result, as the completing call gave it.
+    pub payload: Payload,
+    /// When the message was completed (epoch ms).
+    pub completed_at: i64,
+    /// Until when the result is kept (epoch ms).
+    pub expires_at: i64,
+}
+
+/// When a result stored at `now` with `keep_ms` (default
+/// [`DEFAULT_RESULT_KEEP_MS`], at most [`MAX_RESULT_KEEP_MS`]) goes.
+pub fn result_expiry(keep_ms: Option<u64>, now: i64) -> AlkResult<i64> {
+    let keep = keep_ms.unwrap_or(DEFAULT_RESULT_KEEP_MS);
+    if !(1..=MAX_RESULT_KEEP_MS).contains(&keep) {
+        return Err(AlkError::InvalidArgument(format!(
+            "keep-ms {keep} is out of range; it must be 1 to {MAX_RESULT_KEEP_MS} (30 days)"
+        )));
+    }
+    after("keep-ms", keep, now)
+}
+
 /// Checks a group key: 1 to [`MAX_GROUP_BYTES`] bytes, any characters.
 pub fn check_group(group: &str) -> AlkResult<()> {
     if group.is_empty() {

@@ -40,6 +40,7 @@ pub mod notify;
 pub mod outbox;
 pub mod panic;
 pub mod queue;
+pub mod rate;
 pub mod schedule;
 pub mod stream;
 pub mod time;

@@ -70,6 +70,18 @@ pub trait LockEngine: Send + Sync {
         max: u32,
         now: i64,
     ) -> AlkResult<Vec<(String, Holder)>>;
+
+    /// Takes `n` tokens (1 to `rate.capacity`) from the free-standing
+    /// bucket `name` of settings `rate` at `now`, or none, in one
+    /// transaction: the bucket's row read, refilled and written back with
+    /// [`crate::rate::Bucket::take`]. A bucket without a row is full.
+    async fn take_tokens(
+        &self,
+        name: &str,
+        rate: &crate::rate::RateLimit,
+        n: u32,
+        now: i64,
+    ) -> AlkResult<crate::rate::Taken>;
 }
 
 /// The most locks one [`Locks::holders`] page lists.

@@ -12,8 +12,10 @@ use crate::counters::{self, Count};
 use crate::engine::Engine;
 use crate::error::{AlkError, AlkResult};
 use crate::jobs::{
-    Beat, JobInfo, Retried, RetryDelay, SendOptions, Stamp, error_text, random_word,
+    Beat, JobInfo, JobResult, QueueLimits, Retried, RetryDelay, SendOptions, Sent, Stamp, Unique,
+    UniqueOptions, error_text, random_word, result_expiry,
 };
+use crate::rate::Taken;
 use crate::limits::{DEFAULT_VISIBILITY_MS, MAX_PAYLOAD_BYTES, MAX_RECEIVE, check_batch};
 use crate::names::check_name;
 use crate::time::{Clock, after, instant_at};
@@ -275,6 +277,63 @@ pub trait QueueEngine: Send + Sync {
     /// `after`, by id, each in its state at `now`: a range of the primary
     /// key, for operators' tools.
     async fn jobs(&self, after: u64, max: u32, now: i64) -> AlkResult<Vec<JobInfo>>;
+
+    /// Sends one message with `stamp` unless `unique.key` is taken at `now`
+    /// — held by a message sent with it whose `until` is still ahead, or,
+    /// without `until`, that is still live (waiting, delayed or in flight)
+    /// ([`Unique::blocks`]) — in one transaction: checking the key and
+    /// storing the message and the key are one step for every process. A
+    /// taken key stores nothing and returns the id of the message holding
+    /// it. A key whose hold is over is taken anew by the new message.
+    async fn send_unique(
+        &self,
+        payload: &Payload,
+        stamp: &Stamp,
+        unique: &Unique,
+        now: i64,
+    ) -> AlkResult<Sent>;
+
+    /// The queue's limits ([`QueueLimits::default`] when none were set).
+    async fn limits(&self) -> AlkResult<QueueLimits>;
+
+    /// Sets the queue's limits (checked by the core); claims in every
+    /// process follow them from the next one on. A rate's bucket keeps its
+    /// tokens when the rate changes (cut to a lower capacity); a new bucket
+    /// starts full.
+    async fn set_limits(&self, limits: &QueueLimits) -> AlkResult<()>;
+
+    /// Takes `n` tokens (at least 1) from the bucket the queue's claims
+    /// take from — of `group` when the rate applies per group (`None`: the
+    /// messages without a group), else the queue's one bucket (`group` is
+    /// ignored) — or none, in one transaction. A queue without a rate, or
+    /// `n` above its capacity, is [`AlkError::InvalidArgument`].
+    async fn try_take(&self, group: Option<&str>, n: u32, now: i64) -> AlkResult<Taken>;
+
+    /// When a claim that found due messages but took none because of the
+    /// queue's rate can next get a token: `None` when the queue has no rate
+    /// or its (queue-wide) bucket is not empty at `now`; with a rate per
+    /// group, the earliest time any empty group bucket refills.
+    async fn throttled_until(&self, now: i64) -> AlkResult<Option<i64>>;
+
+    /// Acknowledges the message of a current receipt and stores `result`
+    /// for it until `expires_at`, in one transaction (a result already
+    /// stored for the message is replaced). Nothing is stored when the
+    /// receipt is stale or the message gone.
+    async fn complete(
+        &self,
+        receipt: &Receipt,
+        result: &Payload,
+        expires_at: i64,
+        now: i64,
+    ) -> AlkResult<Settled>;
+
+    /// The result stored for message `id` (at most `i64::MAX`), unless its
+    /// time ran out at `now`.
+    async fn result(&self, id: u64, now: i64) -> AlkResult<Option<JobResult>>;
+
+    /// Deletes the result of message `id`; whether there was one not
+    /// expired at `now`.
+    async fn delete_result(&self, id: u64, now: i64) -> AlkResult<bool>;
 }
 
 /// Checks a payload: its size, and for JSON its syntax.
@@ -459,12 +518,24 @@ impl Queue {
                         None => return Ok(Check::NotYet(None)),
                     }
                     let got = self.claim(max, visibility_ms, floor, now).await?;
-                    // Empty: another receiver was faster; wait again.
-                    Ok(if got.is_empty() {
-                        Check::NotYet(None)
-                    } else {
-                        Check::Ready(got)
-                    })
+                    if !got.is_empty() {
+                        return Ok(Check::Ready(got));
+                    }
+                    // Due messages, none taken: another receiver was
+                    // faster, or the queue's limits held them back. A rate
+                    // says when its next token comes; an ack that frees a
+                    // group's or the queue's place signals nothing, so a
+                    // waiting claim looks again within LIMITED_RECHECK_MS.
+                    let limits = self.engine.limits().await?;
+                    if limits.is_default() {
+                        return Ok(Check::NotYet(None));
+                    }
+                    let recheck = now.saturating_add(LIMITED_RECHECK_MS);
+                    let at = match self.engine.throttled_until(now).await? {
+                        Some(t) => t.min(recheck),
+                        None => recheck,
+                    };
+                    Ok(Check::NotYet(Some(instant_at(at, now))))
                 })
             })
             .await?;
@@ -713,6 +784,104 @@ impl Queue {
         self.engine.stats(now).await
     }
 
+    /// Sends a message with `options` unless `unique`'s key is taken (see
+    /// [`QueueEngine::send_unique`]): the new message's id, or the id of
+    /// the message holding the key and `duplicate` set.
+    pub async fn send_unique(
+        &self,
+        payload: &Payload,
+        options: &SendOptions,
+        unique: &UniqueOptions,
+        now: i64,
+    ) -> AlkResult<Sent> {
+        let stamp = Stamp::resolve(options, now)?;
+        let unique = Unique::resolve(unique, now)?;
+        check_payload(payload)?;
+        let sent = self.engine.send_unique(payload, &stamp, &unique, now).await?;
+        if !sent.duplicate {
+            counters::add(Count::Sent, 1);
+            self.wakes.signal(&self.topic);
+        }
+        Ok(sent)
+    }
+
+    /// The queue's limits.
+    pub async fn limits(&self) -> AlkResult<QueueLimits> {
+        self.engine.limits().await
+    }
+
+    /// Sets the queue's limits, for every process.
+    pub async fn set_limits(&self, limits: &QueueLimits) -> AlkResult<()> {
+        limits.check()?;
+        self.engine.set_limits(limits).await?;
+        // Claims waiting on the old limits look again.
+        self.wakes.signal(&self.topic);
+        Ok(())
+    }
+
+    /// Takes `n` tokens from the bucket the queue's claims take from (of
+    /// `group` when its rate applies per group), or none.
+    pub async fn try_take(&self, n: u32, group: Option<&str>, now: i64) -> AlkResult<Taken> {
+        if n == 0 {
+            return Err(AlkError::InvalidArgument(
+                "cannot take 0 tokens: take at least 1".into(),
+            ));
+        }
+        if let Some(g) = group {
+            crate::jobs::check_group(g)?;
+        }
+        self.engine.try_take(group, n, now).await
+    }
+
+    /// Acknowledges the message of a current receipt and keeps `result`
+    /// for it for `keep_ms` (default
+    /// [`crate::jobs::DEFAULT_RESULT_KEEP_MS`]); false when the message
+    /// was already gone (nothing kept). A stale receipt is an error, as
+    /// for [`Queue::ack`].
+    pub async fn complete(
+        &self,
+        receipt: &str,
+        result: &Payload,
+        keep_ms: Option<u64>,
+        now: i64,
+    ) -> AlkResult<bool> {
+        let expires_at = result_expiry(keep_ms, now)?;
+        check_payload(result)?;
+        let Some(parsed) = Receipt::parse(receipt) else {
+            return Ok(false);
+        };
+        match self
+            .engine
+            .complete(&parsed, result, expires_at, now)
+            .await?
+        {
+            Settled::Done => {
+                counters::add(Count::Acked, 1);
+                // A place of its group (or of the queue) is free.
+                self.wakes.signal(&self.topic);
+                Ok(true)
+            }
+            Settled::Gone => Ok(false),
+            Settled::Stale => Err(Self::stale(receipt)),
+        }
+    }
+
+    /// The result kept for message `id`, if any.
+    pub async fn result(&self, id: u64, now: i64) -> AlkResult<Option<JobResult>> {
+        if !is_id(id) {
+            return Ok(None);
+        }
+        self.engine.result(id, now).await
+    }
+
+    /// Deletes the result of message `id`; whether there was one.
+    pub async fn delete_result(&self, id: u64, now: i64) -> AlkResult<bool> {
+        if !is_id(id) {
+            return Ok(false);
+        }
+        self.engine.delete_result(id, now).await
+    }
+
     /// Up to `max` (clamped to 1..=[`MAX_DEAD_PAGE`]) live messages with
     /// ids above `after`, by id, each in its state at `now` (the dead
     /// letters are listed by [`Queue::dead_letters`]).
@@ -723,6 +892,11 @@ impl Queue {
             .await
     }
 }
+
+/// How soon a waiting claim on a queue with limits looks again when due
+/// messages were held back (by a group's or the queue's in-flight cap):
+/// the ack that frees the place wakes no one.
+pub const LIMITED_RECHECK_MS: i64 = 250;
 
 /// Whether `id` could be a message id (engines store them as signed 64-bit
 /// integers): larger ones name no message.

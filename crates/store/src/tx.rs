@@ -68,6 +68,19 @@ pub trait TxEngine: Send {
         now: i64,
     ) -> Result<(), TxFailure>;
 
+    /// Sends `payload` to queue `queue` with `stamp` unless `unique`'s key
+    /// is taken when the message reaches the queue (the rule of
+    /// [`crate::queue::QueueEngine::send_unique`]; a taken key stores
+    /// nothing), inside the transaction.
+    async fn enqueue_unique(
+        &mut self,
+        queue: &str,
+        payload: &Payload,
+        stamp: &Stamp,
+        unique: &crate::jobs::Unique,
+        now: i64,
+    ) -> Result<(), TxFailure>;
+
     /// Makes everything durable and visible. On failure the error says what
     /// is true: [`AlkError::TransactionAborted`] when nothing was applied
     /// (rolled back), [`AlkError::Internal`] saying the outcome is unknown
@@ -144,6 +157,13 @@ enum TxOp<'a> {
         stamp: &'a Stamp,
         now: i64,
     },
+    EnqueueUnique {
+        queue: &'a str,
+        payload: &'a Payload,
+        stamp: &'a Stamp,
+        unique: &'a crate::jobs::Unique,
+        now: i64,
+    },
 }
 
 impl Tx {
@@ -198,6 +218,16 @@ impl Tx {
                 stamp,
                 now,
             } => tx.enqueue(queue, payloads, stamp, now).await.map(|()| 0),
+            TxOp::EnqueueUnique {
+                queue,
+                payload,
+                stamp,
+                unique,
+                now,
+            } => tx
+                .enqueue_unique(queue, payload, stamp, unique, now)
+                .await
+                .map(|()| 0),
         };
         match result {
             Ok(v) => Ok(v),
@@ -326,6 +356,34 @@ impl Tx {
             queue,
             payloads,
             stamp: &stamp,
+            now,
+        })
+        .await?;
+        self.after().topics.insert(topics::queue(queue));
+        Ok(())
+    }
+
+    /// Sends `payload` to queue `queue` with `options` inside the
+    /// transaction unless `unique`'s key is taken when the message reaches
+    /// the queue (a taken key stores nothing; see
+    /// [`crate::queue::Queue::send_unique`]).
+    pub async fn enqueue_unique(
+        &self,
+        queue: &str,
+        payload: &Payload,
+        options: &SendOptions,
+        unique: &crate::jobs::UniqueOptions,
+        now: i64,
+    ) -> AlkResult<()> {
+        check_name("queue", queue)?;
+        let stamp = Stamp::resolve(options, now)?;
+        let unique = crate::jobs::Unique::resolve(unique, now)?;
+        check_payload(payload)?;
+        self.apply(TxOp::EnqueueUnique {
+            queue,
+            payload,
+            stamp: &stamp,
+            unique: &unique,
             now,
         })
         .await?;

@@ -560,3 +560,271 @@ pub async fn jobs_listing_pages_the_live_messages_by_id(engine: &dyn Engine) {
     assert_eq!(later[0].state, JobState::Waiting);
     assert_eq!(later[1].state, JobState::Waiting);
 }
+
+/// With a group concurrency of N, a group hands out its oldest messages up
+/// to N in flight, in send order; an ack frees a place for the next; a
+/// retried message keeps its place (and holds it while delayed); N = 1 is
+/// the default.
+pub async fn jobs_groups_hand_out_up_to_their_concurrency_in_order(engine: &dyn Engine) {
+    let q = Queue::open(engine, "jobs-group-n").await.unwrap();
+    q.set_limits(&crate::jobs::QueueLimits {
+        group_concurrency: 3,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let g = |k: &str| with(|o| o.group = Some(k.into()));
+    for i in 1..=5 {
+        q.send_with(&text(&format!("x{i}")), &g("X"), 0)
+            .await
+            .unwrap();
+    }
+    q.send_with(&text("y1"), &g("Y"), 0).await.unwrap();
+    let got = q.claim(100, Some(60_000), None, 1).await.unwrap();
+    let mut got_names = names(&got);
+    got_names.sort();
+    assert_eq!(got_names, ["x1", "x2", "x3", "y1"]);
+    assert!(q.claim(100, Some(60_000), None, 1).await.unwrap().is_empty());
+    let stats = q.stats(1).await.unwrap();
+    assert_eq!((stats.in_flight, stats.groups_in_flight), (4, 2));
+    // An ack of the second frees a place: the fourth comes next, not the
+    // fifth.
+    let x2 = got.iter().find(|d| names(std::slice::from_ref(d)) == ["x2"]).unwrap();
+    q.ack(&x2.receipt).await.unwrap();
+    assert_eq!(
+        names(&q.claim(100, Some(60_000), None, 2).await.unwrap()),
+        ["x4"]
+    );
+    // A retried message keeps its place while it waits for its delay.
+    let x1 = got.iter().find(|d| names(std::slice::from_ref(d)) == ["x1"]).unwrap();
+    q.retry_with(&x1.receipt, "later", RetryDelay::Fixed(100), 3)
+        .await
+        .unwrap();
+    assert!(q.claim(100, Some(60_000), None, 4).await.unwrap().is_empty());
+    assert_eq!(
+        names(&q.claim(100, Some(60_000), None, 103).await.unwrap()),
+        ["x1"]
+    );
+    // Back to one at a time: the window is the oldest message alone.
+    q.set_limits(&crate::jobs::QueueLimits::default())
+        .await
+        .unwrap();
+    let got = q.claim(100, Some(10), None, 200_000).await.unwrap();
+    let mut got_names = names(&got);
+    got_names.sort();
+    assert_eq!(got_names, ["x1", "y1"]);
+}
+
+/// A cap on the queue's messages in flight: claims take what is left of
+/// it, whatever they ask for; lapsed deliveries and acks free places.
+pub async fn jobs_max_in_flight_caps_the_queue(engine: &dyn Engine) {
+    let q = Queue::open(engine, "jobs-cap").await.unwrap();
+    q.set_limits(&crate::jobs::QueueLimits {
+        max_in_flight: Some(4),
+        group_concurrency: 2,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    for i in 0..6 {
+        q.send(&text(&format!("m{i}")), 0).await.unwrap();
+        q.send_with(&text(&format!("g{i}")), &with(|o| o.group = Some("G".into())), 0)
+            .await
+            .unwrap();
+    }
+    let first = q.claim(3, Some(100), None, 1).await.unwrap();
+    assert_eq!(first.len(), 3);
+    let second = q.claim(100, Some(1_000), None, 2).await.unwrap();
+    assert_eq!(second.len(), 1);
+    assert!(q.claim(100, Some(1_000), None, 3).await.unwrap().is_empty());
+    q.ack(&second[0].receipt).await.unwrap();
+    assert_eq!(q.claim(100, Some(1_000), None, 4).await.unwrap().len(), 1);
+    // The first claim's deliveries lapse at 101: three places free.
+    assert_eq!(q.claim(100, Some(1_000), None, 101).await.unwrap().len(), 3);
+    let stats = q.stats(101).await.unwrap();
+    assert_eq!(stats.in_flight, 4);
+}
+
+/// A send with a unique key stores one message while the key is held:
+/// others return its id and store nothing; without a window the key is
+/// free once the message is acknowledged, dead or cancelled; with one it
+/// stays taken until the window ends, whatever became of the message.
+pub async fn jobs_unique_sends_store_one_message_per_key(engine: &dyn Engine) {
+    use crate::jobs::UniqueOptions;
+    let q = Queue::open(engine, "jobs-unique").await.unwrap();
+    let live = UniqueOptions {
+        key: "order-1".into(),
+        for_ms: None,
+    };
+    let plain = SendOptions::default();
+    let a = q.send_unique(&text("a"), &plain, &live, 0).await.unwrap();
+    assert!(!a.duplicate);
+    let b = q.send_unique(&text("b"), &plain, &live, 1).await.unwrap();
+    assert_eq!((b.id, b.duplicate), (a.id, true));
+    // Another key, and a plain send, are not affected.
+    let other = UniqueOptions {
+        key: "order-2".into(),
+        for_ms: None,
+    };
+    assert!(!q.send_unique(&text("c"), &plain, &other, 1).await.unwrap().duplicate);
+    // In flight still holds it.
+    let got = q.claim(10, Some(60_000), None, 2).await.unwrap();
+    assert_eq!(names(&got), ["a", "c"]);
+    assert!(q.send_unique(&text("d"), &plain, &live, 3).await.unwrap().duplicate);
+    // Acknowledged: free; the next send is a new message.
+    q.ack(&got[0].receipt).await.unwrap();
+    let e = q.send_unique(&text("e"), &plain, &live, 4).await.unwrap();
+    assert!(!e.duplicate);
+    assert!(e.id > a.id);
+    // Dead: free as well.
+    let got = q.claim(10, Some(60_000), None, 5).await.unwrap();
+    assert_eq!(names(&got), ["e"]);
+    q.fail(&got[0].receipt, "no", 6).await.unwrap();
+    assert!(!q.send_unique(&text("f"), &plain, &live, 7).await.unwrap().duplicate);
+    // A window holds the key past the ack, until it ends.
+    let window = UniqueOptions {
+        key: "daily".into(),
+        for_ms: Some(1_000),
+    };
+    let w = q.send_unique(&text("w"), &plain, &window, 10).await.unwrap();
+    let cancelled = q.cancel(w.id).await.unwrap();
+    assert!(cancelled);
+    let again = q.send_unique(&text("w2"), &plain, &window, 1_009).await.unwrap();
+    assert_eq!((again.id, again.duplicate), (w.id, true));
+    let after = q.send_unique(&text("w3"), &plain, &window, 1_010).await.unwrap();
+    assert!(!after.duplicate);
+    // The options of the send are kept with the message.
+    let grouped = UniqueOptions {
+        key: "g".into(),
+        for_ms: None,
+    };
+    let sent = q
+        .send_unique(&text("g"), &with(|o| o.group = Some("G".into())), &grouped, 20)
+        .await
+        .unwrap();
+    assert_eq!(
+        q.job(sent.id, 20).await.unwrap().unwrap().group.as_deref(),
+        Some("G")
+    );
+    // Bad keys and windows are refused before anything is stored.
+    let before = q.stats(30).await.unwrap();
+    for bad in [
+        UniqueOptions {
+            key: String::new(),
+            for_ms: None,
+        },
+        UniqueOptions {
+            key: "k".repeat(crate::jobs::MAX_UNIQUE_KEY_BYTES + 1),
+            for_ms: None,
+        },
+        UniqueOptions {
+            key: "k".into(),
+            for_ms: Some(0),
+        },
+    ] {
+        assert!(matches!(
+            q.send_unique(&text("x"), &plain, &bad, 30).await,
+            Err(AlkError::InvalidArgument(_))
+        ));
+    }
+    assert_eq!(q.stats(30).await.unwrap(), before);
+}
+
+/// Senders racing with one unique key store exactly one message.
+pub async fn jobs_racing_unique_sends_store_one_message(engine: &dyn Engine) {
+    use crate::jobs::UniqueOptions;
+    let q = std::sync::Arc::new(Queue::open(engine, "jobs-unique-race").await.unwrap());
+    let mut tasks = Vec::new();
+    for t in 0..8 {
+        let q = q.clone();
+        tasks.push(tokio::spawn(async move {
+            let key = UniqueOptions {
+                key: "same".into(),
+                for_ms: None,
+            };
+            let mut ids = Vec::new();
+            for i in 0..10 {
+                let sent = q
+                    .send_unique(&text(&format!("{t}-{i}")), &SendOptions::default(), &key, 5)
+                    .await
+                    .unwrap();
+                ids.push(sent);
+            }
+            ids
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    assert_eq!(all.iter().filter(|s| !s.duplicate).count(), 1);
+    let id = all.iter().find(|s| !s.duplicate).unwrap().id;
+    assert!(all.iter().all(|s| s.id == id));
+    assert_eq!(q.stats(5).await.unwrap().waiting, 1);
+}
+
+/// A completed delivery keeps its result after the message is gone: until
+/// its time runs out or it is deleted; a stale or gone receipt keeps
+/// nothing; an oversized result is refused and acknowledges nothing.
+pub async fn jobs_completed_results_are_kept_until_their_time(engine: &dyn Engine) {
+    let q = Queue::open(engine, "jobs-results").await.unwrap();
+    let id = q.send(&text("work"), 0).await.unwrap();
+    let got = q.claim(1, Some(100), None, 1).await.unwrap();
+    // Too large: refused, the delivery goes on.
+    let big = Payload::Text("x".repeat(crate::limits::MAX_PAYLOAD_BYTES + 1));
+    assert!(matches!(
+        q.complete(&got[0].receipt, &big, None, 2).await,
+        Err(AlkError::PayloadTooLarge { .. })
+    ));
+    assert!(matches!(
+        q.complete(&got[0].receipt, &text("r"), Some(0), 2).await,
+        Err(AlkError::InvalidArgument(_))
+    ));
+    assert!(q.job(id, 2).await.unwrap().is_some());
+    // A stale receipt: an error, nothing kept.
+    let again = q.claim(1, Some(100), None, 101).await.unwrap();
+    assert!(matches!(
+        q.complete(&got[0].receipt, &text("old"), None, 102).await,
+        Err(AlkError::StaleReceipt(_))
+    ));
+    assert_eq!(q.result(id, 102).await.unwrap(), None);
+    let result = Payload::Json("{\"total\":3}".into());
+    assert!(
+        q.complete(&again[0].receipt, &result, Some(1_000), 103)
+            .await
+            .unwrap()
+    );
+    assert_eq!(q.job(id, 103).await.unwrap(), None);
+    let kept = q.result(id, 103).await.unwrap().unwrap();
+    assert_eq!(
+        (kept.id, &kept.payload, kept.completed_at, kept.expires_at),
+        (id, &result, 103, 1_103)
+    );
+    // Gone now: completing again keeps nothing new.
+    assert!(
+        !q.complete(&again[0].receipt, &text("twice"), None, 104)
+            .await
+            .unwrap()
+    );
+    assert_eq!(q.result(id, 104).await.unwrap().unwrap().payload, result);
+    // Its time runs out.
+    assert_eq!(q.result(id, 1_103).await.unwrap(), None);
+    assert!(!q.delete_result(id, 1_103).await.unwrap());
+    // Deleted before.
+    let id2 = q.send(&text("two"), 2_000).await.unwrap();
+    let got = q.claim(1, Some(100), None, 2_000).await.unwrap();
+    assert!(q.complete(&got[0].receipt, &text("r2"), None, 2_001).await.unwrap());
+    assert_eq!(
+        q.result(id2, 2_001 + 86_399_999).await.unwrap().unwrap().payload,
+        text("r2")
+    );
+    assert!(q.delete_result(id2, 2_002).await.unwrap());
+    assert_eq!(q.result(id2, 2_002).await.unwrap(), None);
+    assert!(!q.delete_result(id2, 2_002).await.unwrap());
+    // A sweep deletes the results whose time ran out.
+    let id3 = q.send(&text("three"), 3_000).await.unwrap();
+    let got = q.claim(1, Some(100), None, 3_000).await.unwrap();
+    assert!(q.complete(&got[0].receipt, &text("r3"), Some(10), 3_000).await.unwrap());
+    q.sweep_expired(3_010).await.unwrap();
+    assert_eq!(q.result(id3, 3_000).await.unwrap(), None);
+}

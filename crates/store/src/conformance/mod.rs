@@ -7,7 +7,8 @@
 //! The cases live one file per capability, named as in the engine crates:
 //! [`kv`], [`queue`] (with payloads of every kind), [`jobs`] (the job
 //! options of queues: priorities, delays, retries, dead letters,
-//! heartbeats, expiry, groups), [`stream`], [`tx`] (transactions of
+//! heartbeats, expiry, groups, unique keys, results, caps), [`rate`]
+//! (rate limits), [`stream`], [`tx`] (transactions of
 //! streams alone and across mechanisms), [`lock`], [`notify`], [`outbox`]
 //! and [`schedule`], and [`catalog`] (what operators' tools list). Each case is also here by name, for the
 //! `@cases` form of the macro.
@@ -25,6 +26,7 @@ pub mod lock;
 pub mod notify;
 pub mod outbox;
 pub mod queue;
+pub mod rate;
 pub mod schedule;
 pub mod stream;
 pub mod tx;
@@ -35,6 +37,7 @@ pub use lock::*;
 pub use notify::*;
 pub use outbox::*;
 pub use queue::*;
+pub use rate::*;
 pub use schedule::*;
 pub use stream::*;
 pub use tx::*;
@@ -87,6 +90,18 @@ macro_rules! conformance_tests {
                 jobs_claims_look_past_parked_groups_and_count_burials,
                 jobs_stats_count_delays_groups_and_dead_letters,
                 jobs_listing_pages_the_live_messages_by_id,
+                jobs_groups_hand_out_up_to_their_concurrency_in_order,
+                jobs_max_in_flight_caps_the_queue,
+                jobs_unique_sends_store_one_message_per_key,
+                jobs_racing_unique_sends_store_one_message,
+                jobs_completed_results_are_kept_until_their_time,
+            ],
+            rate: [
+                rate_claims_take_one_token_per_message,
+                rate_throttled_until_names_the_next_token,
+                rate_per_group_buckets_are_separate,
+                rate_racing_claimers_share_one_bucket,
+                rate_limiters_take_tokens_by_name,
             ],
             stream: [
                 stream_offsets_survive_trim_and_saves_only_move_forward,
@@ -99,6 +114,7 @@ macro_rules! conformance_tests {
                 tx_commit_applies_every_mechanism_at_once,
                 tx_rollback_leaves_nothing_anywhere,
                 tx_refusals_leave_the_transaction_usable,
+                tx_enqueue_unique_stores_one_message_per_key,
             ],
             lock: [
                 lock_expiry_renewal_and_takeover_follow_the_clock,

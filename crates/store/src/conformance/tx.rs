@@ -285,3 +285,50 @@ pub async fn tx_refusals_leave_the_transaction_usable(engine: &Arc<dyn Engine>) 
         Err(AlkError::ReservedName(_))
     ));
 }
+
+/// A unique send inside a transaction reaches the queue at commit, and its
+/// key is checked there: two sends with one key in one transaction, and
+/// one more after it, store one message; a rolled-back one stores nothing.
+pub async fn tx_enqueue_unique_stores_one_message_per_key(engine: &Arc<dyn Engine>) {
+    use crate::jobs::UniqueOptions;
+    let s = Streams::open(engine, StreamLimits::default())
+        .await
+        .unwrap();
+    let q = Queue::open(engine, "tx-unique").await.unwrap();
+    let key = UniqueOptions {
+        key: "once".into(),
+        for_ms: None,
+    };
+    let plain = SendOptions::default();
+    let rolled = Tx::new(engine.clone(), s.limits()).unwrap();
+    rolled
+        .enqueue_unique("tx-unique", &text("never"), &plain, &key, 1_000)
+        .await
+        .unwrap();
+    rolled.rollback().await;
+    let tx = Tx::new(engine.clone(), s.limits()).unwrap();
+    tx.publish("tx-unique-events", None, b"e", 1_000)
+        .await
+        .unwrap();
+    tx.enqueue_unique("tx-unique", &text("first"), &plain, &key, 1_000)
+        .await
+        .unwrap();
+    tx.enqueue_unique("tx-unique", &text("second"), &plain, &key, 1_000)
+        .await
+        .unwrap();
+    // Refused before anything is written; the transaction goes on.
+    let bad = UniqueOptions {
+        key: String::new(),
+        for_ms: None,
+    };
+    assert!(matches!(
+        tx.enqueue_unique("tx-unique", &text("bad"), &plain, &bad, 1_000)
+            .await,
+        Err(AlkError::InvalidArgument(_))
+    ));
+    tx.commit().await.unwrap();
+    let after = q.send_unique(&text("third"), &plain, &key, 1_001).await.unwrap();
+    assert!(after.duplicate);
+    assert_eq!(drain(&q, 1_002).await, ["first"]);
+    assert_eq!(s.read_since("tx-unique-events", 0, 10).await.unwrap().len(), 1);
+}

@@ -9,16 +9,38 @@ use async_trait::async_trait;
 use super::lock;
 use crate::error::AlkResult;
 use crate::lock::{Acquired, Holder, LockEngine};
+use crate::rate::{Bucket, RateLimit, Taken};
 
 /// name → (owner, token, expiry)
 /// A lock's holder (if any), last token and deadline.
 type LockRow = (Option<String>, u64, Option<i64>);
 
 #[derive(Default)]
-pub(super) struct MemLocks(Mutex<HashMap<String, LockRow>>);
+pub(super) struct MemLocks(
+    Mutex<HashMap<String, LockRow>>,
+    /// The free-standing token buckets, by name.
+    Mutex<HashMap<String, Bucket>>,
+);
 
 #[async_trait]
 impl LockEngine for MemLocks {
+    async fn take_tokens(
+        &self,
+        name: &str,
+        rate: &RateLimit,
+        n: u32,
+        now: i64,
+    ) -> AlkResult<Taken> {
+        let mut buckets = lock(&self.1);
+        let bucket = buckets
+            .get(name)
+            .copied()
+            .unwrap_or_else(|| Bucket::full(rate, now));
+        let (taken, after) = bucket.take(rate, n, now);
+        buckets.insert(name.to_string(), after);
+        Ok(taken)
+    }
+
     async fn acquire(
         &self,
         name: &str,

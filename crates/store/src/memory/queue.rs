@@ -8,9 +8,12 @@ use async_trait::async_trait;
 
 use super::lock;
 use crate::error::AlkResult;
+use crate::error::AlkError;
 use crate::jobs::{
-    Beat, EXPIRED_ERROR, JobInfo, JobState, Retried, RetryDelay, Stamp, lapsed_error,
+    Beat, EXPIRED_ERROR, JobInfo, JobResult, JobState, QueueLimits, Retried, RetryDelay, Sent,
+    Stamp, UNGROUPED_BUCKET, Unique, lapsed_error,
 };
+use crate::rate::{Bucket, Taken, check_take};
 use crate::queue::{AckedBatch, Delivery, Payload, QueueEngine, QueueStats, Receipt, Settled};
 
 /// One message of a queue.
@@ -48,6 +51,13 @@ pub(super) struct QueueState {
     /// it joined first).
     lane_served: i64,
     next_seq: i64,
+    limits: QueueLimits,
+    /// The rate's buckets: `""` the queue's (or, per group, the messages
+    /// without a group), else a group's.
+    buckets: HashMap<String, Bucket>,
+    /// Unique key → the message holding it and until when.
+    unique: HashMap<String, (u64, Option<i64>)>,
+    results: BTreeMap<u64, JobResult>,
 }
 
 impl Default for QueueState {
@@ -59,6 +69,10 @@ impl Default for QueueState {
             groups: HashMap::new(),
             lane_served: 0,
             next_seq: 1,
+            limits: QueueLimits::default(),
+            buckets: HashMap::new(),
+            unique: HashMap::new(),
+            results: BTreeMap::new(),
         }
     }
 }
@@ -87,10 +101,19 @@ fn info(id: u64, m: &Msg, state: JobState, died_at: Option<i64>) -> JobInfo {
     }
 }
 
-/// One participant of the round picked by a claim.
+/// One participant of the round picked by a claim, with the messages it
+/// gives.
 enum Pick {
-    Group(String, u64),
+    Group(String, Vec<u64>),
     Lane(Vec<u64>),
+}
+
+/// What a claim may still take: from the queue (its cap and a
+/// queue-wide rate), and per rate bucket when the rate is per group.
+struct Room {
+    left: usize,
+    /// Tokens of each per-group bucket still to be had in this claim.
+    per_bucket: HashMap<String, usize>,
 }
 
 impl QueueState {
@@ -199,25 +222,45 @@ impl QueueState {
         }
     }
 
-    /// The participants a claim of `max` takes, in order.
-    fn pick(&self, max: usize, now: i64, floor: i32) -> Vec<Pick> {
-        let mut heads: Vec<(i64, i64, String, u64)> = Vec::new();
+    /// The tokens a claim may take from per-group bucket `key` at `now`
+    /// (counted once per claim, then kept in `room`).
+    fn bucket_room(&self, room: &mut Room, key: &str, now: i64) -> usize {
+        let Some(rate) = self.limits.rate.filter(|_| self.limits.rate_per_group) else {
+            return usize::MAX;
+        };
+        *room.per_bucket.entry(key.to_string()).or_insert_with(|| {
+            let b = self
+                .buckets
+                .get(key)
+                .copied()
+                .unwrap_or_else(|| Bucket::full(&rate, now));
+            b.at(&rate, now).tokens.max(0) as usize
+        })
+    }
+
+    /// The participants a claim takes, in order, within `room`: of each
+    /// group the due messages among its first `group_concurrency` (by
+    /// id), the lane's due messages by priority and ready time.
+    fn pick(&self, room: &mut Room, now: i64, floor: i32) -> Vec<Pick> {
+        let window = self.limits.group_concurrency.max(1) as usize;
+        let mut heads: Vec<(i64, i64, String, Vec<u64>)> = Vec::new();
         for (key, g) in &self.groups {
             if g.priority < floor {
                 continue;
             }
-            let head = self
+            let due: Vec<u64> = self
                 .msgs
                 .iter()
-                .find(|(_, m)| m.group.as_deref() == Some(key.as_str()));
-            if let Some((id, m)) = head
-                && m.visible_at <= now
-            {
-                heads.push((g.served, g.seq, key.clone(), *id));
+                .filter(|(_, m)| m.group.as_deref() == Some(key.as_str()))
+                .take(window)
+                .filter(|(_, m)| m.visible_at <= now)
+                .map(|(id, _)| *id)
+                .collect();
+            if !due.is_empty() {
+                heads.push((g.served, g.seq, key.clone(), due));
             }
         }
         heads.sort();
-        heads.truncate(max);
         let mut lane: Vec<(std::cmp::Reverse<i32>, i64, u64)> = self
             .msgs
             .iter()
@@ -226,30 +269,117 @@ impl QueueState {
             .collect();
         lane.sort();
         let mut picks = Vec::new();
-        let mut left = max;
         let mut lane_done = false;
-        for (served, seq, key, id) in heads {
-            if !lane_done && (self.lane_served, 0) < (served, seq) {
-                lane_done = true;
-                let ids: Vec<u64> = lane.iter().take(left).map(|l| l.2).collect();
-                left -= ids.len();
-                if !ids.is_empty() {
-                    picks.push(Pick::Lane(ids));
-                }
+        let take_lane = |room: &mut Room, state: &QueueState, picks: &mut Vec<Pick>| {
+            let n = room
+                .left
+                .min(state.bucket_room(room, UNGROUPED_BUCKET, now));
+            let ids: Vec<u64> = lane.iter().take(n).map(|l| l.2).collect();
+            room.left -= ids.len();
+            if let Some(t) = room.per_bucket.get_mut(UNGROUPED_BUCKET) {
+                *t -= ids.len();
             }
-            if left == 0 {
-                break;
-            }
-            picks.push(Pick::Group(key, id));
-            left -= 1;
-        }
-        if !lane_done && left > 0 {
-            let ids: Vec<u64> = lane.iter().take(left).map(|l| l.2).collect();
             if !ids.is_empty() {
                 picks.push(Pick::Lane(ids));
             }
+        };
+        for (served, seq, key, due) in heads {
+            if !lane_done && (self.lane_served, 0) < (served, seq) {
+                lane_done = true;
+                take_lane(room, self, &mut picks);
+            }
+            if room.left == 0 {
+                break;
+            }
+            let n = room.left.min(self.bucket_room(room, &key, now));
+            let ids: Vec<u64> = due.into_iter().take(n).collect();
+            room.left -= ids.len();
+            if let Some(t) = room.per_bucket.get_mut(&key) {
+                *t -= ids.len();
+            }
+            if !ids.is_empty() {
+                picks.push(Pick::Group(key, ids));
+            }
+        }
+        if !lane_done && room.left > 0 {
+            take_lane(room, self, &mut picks);
         }
         picks
+    }
+
+    /// How many messages a claim of `max` may take at `now` under the
+    /// queue's cap and queue-wide rate.
+    fn room(&self, max: usize, now: i64) -> Room {
+        let mut left = max;
+        if let Some(cap) = self.limits.max_in_flight {
+            let in_flight = self
+                .msgs
+                .values()
+                .filter(|m| m.claim.is_some() && m.visible_at > now)
+                .count();
+            left = left.min((cap as usize).saturating_sub(in_flight));
+        }
+        if let Some(rate) = self.limits.rate.filter(|_| !self.limits.rate_per_group) {
+            let b = self
+                .buckets
+                .get(UNGROUPED_BUCKET)
+                .copied()
+                .unwrap_or_else(|| Bucket::full(&rate, now));
+            left = left.min(b.at(&rate, now).tokens.max(0) as usize);
+        }
+        Room {
+            left,
+            per_bucket: HashMap::new(),
+        }
+    }
+
+    /// Charges the rate's buckets for `taken` messages claimed at `now`
+    /// (`None` is the messages without a group), one token each.
+    fn charge(&mut self, taken: &[Option<String>], now: i64) {
+        let Some(rate) = self.limits.rate else {
+            return;
+        };
+        let mut counts: HashMap<String, u32> = HashMap::new();
+        for g in taken {
+            let key = match g {
+                Some(g) if self.limits.rate_per_group => g.clone(),
+                _ => UNGROUPED_BUCKET.to_string(),
+            };
+            *counts.entry(key).or_default() += 1;
+        }
+        for (key, n) in counts {
+            let b = self
+                .buckets
+                .get(&key)
+                .copied()
+                .unwrap_or_else(|| Bucket::full(&rate, now));
+            let (_, after) = b.take_up_to(&rate, n, now);
+            self.buckets.insert(key, after);
+        }
+    }
+
+    /// [`QueueEngine::send_unique`]: one message unless the key is held.
+    pub(super) fn send_unique(
+        &mut self,
+        payload: &Payload,
+        stamp: &Stamp,
+        unique: &Unique,
+        now: i64,
+    ) -> Sent {
+        if let Some((id, until)) = self.unique.get(&unique.key)
+            && Unique::blocks(*until, self.msgs.contains_key(id), now)
+        {
+            return Sent {
+                id: *id,
+                duplicate: true,
+            };
+        }
+        let id = self.send(std::slice::from_ref(payload), stamp, now)[0];
+        self.unique.insert(unique.key.clone(), (id, unique.until));
+        Sent {
+            id,
+            duplicate: false,
+        }
     }
 
     /// Whether a due message must go to the dead letters rather than be
@@ -287,15 +417,16 @@ impl QueueEngine for MemQueue {
         // Participants of the round in the order they were served; `None`
         // is the lane (the messages without a group).
         let mut served: Vec<Option<String>> = Vec::new();
+        let mut room = q.room(max as usize, now);
         loop {
-            let picks = q.pick(max as usize - out.len(), now, floor);
+            let picks = q.pick(&mut room, now, floor);
             if picks.is_empty() {
                 break;
             }
             let mut buried = false;
             for pick in picks {
                 let (who, ids) = match pick {
-                    Pick::Group(key, id) => (Some(key), vec![id]),
+                    Pick::Group(key, ids) => (Some(key), ids),
                     Pick::Lane(ids) => (None, ids),
                 };
                 let mut gave = false;
@@ -304,6 +435,12 @@ impl QueueEngine for MemQueue {
                     if let Some(error) = unfit {
                         q.bury(id, &error, now);
                         buried = true;
+                        // Its place is free for another message.
+                        room.left += 1;
+                        let key = who.clone().unwrap_or_default();
+                        if let Some(t) = room.per_bucket.get_mut(&key) {
+                            *t += 1;
+                        }
                         continue;
                     }
                     gave = true;
@@ -329,6 +466,8 @@ impl QueueEngine for MemQueue {
                 break;
             }
         }
+        let groups: Vec<Option<String>> = out.iter().map(|d| d.group.clone()).collect();
+        q.charge(&groups, now);
         // Every participant served moves to the back of the round, in the
         // order served; the lane only when the queue has groups at all.
         let mut next = q.max_served();
@@ -470,6 +609,11 @@ impl QueueEngine for MemQueue {
         for id in &expired {
             q.bury(*id, EXPIRED_ERROR, now);
         }
+        // Results whose time ran out, and unique keys that hold nothing
+        // any more.
+        q.results.retain(|_, r| r.expires_at > now);
+        let QueueState { unique, msgs, .. } = &mut *q;
+        unique.retain(|_, (id, until)| Unique::blocks(*until, msgs.contains_key(id), now));
         Ok(expired.len() as u64)
     }
 
@@ -524,6 +668,101 @@ impl QueueEngine for MemQueue {
         let n = q.dead.len() as u64;
         q.dead.clear();
         Ok(n)
+    }
+
+    async fn send_unique(
+        &self,
+        payload: &Payload,
+        stamp: &Stamp,
+        unique: &Unique,
+        now: i64,
+    ) -> AlkResult<Sent> {
+        Ok(lock(&self.0).send_unique(payload, stamp, unique, now))
+    }
+
+    async fn limits(&self) -> AlkResult<QueueLimits> {
+        Ok(lock(&self.0).limits)
+    }
+
+    async fn set_limits(&self, limits: &QueueLimits) -> AlkResult<()> {
+        lock(&self.0).limits = *limits;
+        Ok(())
+    }
+
+    async fn try_take(&self, group: Option<&str>, n: u32, now: i64) -> AlkResult<Taken> {
+        let mut q = lock(&self.0);
+        let Some(rate) = q.limits.rate else {
+            return Err(AlkError::InvalidArgument(
+                "the queue has no rate limit to take tokens from; set one with set-limits".into(),
+            ));
+        };
+        check_take(&rate, n)?;
+        let key = match group {
+            Some(g) if q.limits.rate_per_group => g.to_string(),
+            _ => UNGROUPED_BUCKET.to_string(),
+        };
+        let b = q
+            .buckets
+            .get(&key)
+            .copied()
+            .unwrap_or_else(|| Bucket::full(&rate, now));
+        let (taken, after) = b.take(&rate, n, now);
+        q.buckets.insert(key, after);
+        Ok(taken)
+    }
+
+    async fn throttled_until(&self, now: i64) -> AlkResult<Option<i64>> {
+        let q = lock(&self.0);
+        let Some(rate) = q.limits.rate else {
+            return Ok(None);
+        };
+        let next = |b: &Bucket| {
+            let b = b.at(&rate, now);
+            (b.tokens <= 0).then(|| now.saturating_add(b.wait_ms(&rate, 1, now) as i64))
+        };
+        Ok(if q.limits.rate_per_group {
+            q.buckets.values().filter_map(next).min()
+        } else {
+            q.buckets.get(UNGROUPED_BUCKET).and_then(next)
+        })
+    }
+
+    async fn complete(
+        &self,
+        receipt: &Receipt,
+        result: &Payload,
+        expires_at: i64,
+        now: i64,
+    ) -> AlkResult<Settled> {
+        let mut q = lock(&self.0);
+        let settled = q.settle(receipt, None);
+        if settled == Settled::Done {
+            q.results.insert(
+                receipt.id,
+                JobResult {
+                    id: receipt.id,
+                    payload: result.clone(),
+                    completed_at: now,
+                    expires_at,
+                },
+            );
+        }
+        Ok(settled)
+    }
+
+    async fn result(&self, id: u64, now: i64) -> AlkResult<Option<JobResult>> {
+        Ok(lock(&self.0)
+            .results
+            .get(&id)
+            .filter(|r| r.expires_at > now)
+            .cloned())
+    }
+
+    async fn delete_result(&self, id: u64, now: i64) -> AlkResult<bool> {
+        Ok(lock(&self.0)
+            .results
+            .remove(&id)
+            .is_some_and(|r| r.expires_at > now))
     }
 
     async fn stats(&self, now: i64) -> AlkResult<QueueStats> {

@@ -9,7 +9,7 @@ use tokio::sync::OwnedMutexGuard;
 use super::stream::{MemStreams, StreamState};
 use super::{Queues, lock, queue_of};
 use crate::error::AlkResult;
-use crate::jobs::Stamp;
+use crate::jobs::{Stamp, Unique};
 use crate::queue::Payload;
 use crate::tx::{TxEngine, TxFailure};
 
@@ -20,7 +20,7 @@ pub(super) struct MemTx {
     pub(super) guard: OwnedMutexGuard<()>,
     pub(super) state: Arc<Mutex<StreamState>>,
     pub(super) work: StreamState,
-    pub(super) sends: Vec<(String, Vec<Payload>, Stamp, i64)>,
+    pub(super) sends: Vec<(String, Vec<Payload>, Stamp, Option<Unique>, i64)>,
     pub(super) queues: Queues,
 }
 
@@ -70,7 +70,25 @@ impl TxEngine for MemTx {
         now: i64,
     ) -> Result<(), TxFailure> {
         self.sends
-            .push((queue.to_string(), payloads.to_vec(), stamp.clone(), now));
+            .push((queue.to_string(), payloads.to_vec(), stamp.clone(), None, now));
+        Ok(())
+    }
+
+    async fn enqueue_unique(
+        &mut self,
+        queue: &str,
+        payload: &Payload,
+        stamp: &Stamp,
+        unique: &Unique,
+        now: i64,
+    ) -> Result<(), TxFailure> {
+        self.sends.push((
+            queue.to_string(),
+            vec![payload.clone()],
+            stamp.clone(),
+            Some(unique.clone()),
+            now,
+        ));
         Ok(())
     }
 
@@ -83,8 +101,21 @@ impl TxEngine for MemTx {
             queues,
         } = *self;
         *lock(&state) = work;
-        for (queue, payloads, stamp, now) in sends {
-            lock(&queue_of(&queues, &queue).0).send(&payloads, &stamp, now);
+        for (queue, payloads, stamp, unique, now) in sends {
+            let q = queue_of(&queues, &queue);
+            let mut q = lock(&q.0);
+            match unique {
+                // The key is checked when the message reaches the queue,
+                // as on every engine.
+                Some(u) => {
+                    if let Some(p) = payloads.first() {
+                        q.send_unique(p, &stamp, &u, now);
+                    }
+                }
+                None => {
+                    q.send(&payloads, &stamp, now);
+                }
+            }
         }
         drop(guard);
         Ok(())

@@ -38,7 +38,8 @@ use std::path::Path;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use alk_host::{AlkCtx, Durability, RunOptions, Runner};
-use alk_store::jobs::SendOptions;
+use alk_store::jobs::{QueueLimits, SendOptions};
+use alk_store::rate::RateLimit;
 use alk_store::kv::Bucket;
 use alk_store::lock::Locks;
 use alk_store::queue::{Payload, Queue};
@@ -146,6 +147,34 @@ fn group_claim_op(op: &str) -> Option<usize> {
     op.strip_prefix("queue-gclaim-")?.parse().ok()
 }
 
+/// An op with a limits suffix: `<op>-rate` runs on a queue with a rate
+/// that never runs dry (a million tokens, a million more every
+/// millisecond: what the bucket costs, not what it holds back), `<op>-n3`
+/// on a queue whose groups have three messages in flight at once. The op
+/// without its suffix, and the limits.
+fn limited_op(op: &str) -> (&str, Option<QueueLimits>) {
+    if let Some(base) = op.strip_suffix("-rate") {
+        let rate = RateLimit {
+            capacity: 1_000_000,
+            refill: 1_000_000,
+            interval_ms: 1,
+        };
+        let limits = QueueLimits {
+            rate: Some(rate),
+            ..QueueLimits::default()
+        };
+        (base, Some(limits))
+    } else if let Some(base) = op.strip_suffix("-n3") {
+        let limits = QueueLimits {
+            group_concurrency: 3,
+            ..QueueLimits::default()
+        };
+        (base, Some(limits))
+    } else {
+        (op, None)
+    }
+}
+
 /// `queue-claim-<batch>-<depth>` as `(batch, depth)`.
 fn claim_op(op: &str) -> Option<(u32, usize)> {
     let (batch, depth) = op.strip_prefix("queue-claim-")?.split_once('-')?;
@@ -174,6 +203,10 @@ async fn turso(op: &str, n: usize, tag: &str, dir: &Path, relaxed: bool) -> Timi
         .await
         .unwrap();
     let l = Locks::open(&engine).await.unwrap();
+    let (op, limits) = limited_op(op);
+    if let Some(limits) = limits {
+        q.set_limits(&limits).await.unwrap();
+    }
     match op {
         "kv-get" => b.set("k", &value, None, now_ms()).await.unwrap(),
         "kv-scan100" => {

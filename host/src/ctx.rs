@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use alk_store::lock::Locks;
+use alk_store::rate::Limiters;
 use alk_store::schedule::Schedules;
 use alk_store::stream::Streams;
 use alk_store::{AlkError, AlkResult, Clock, Engine, Limits, SystemClock};
@@ -39,6 +40,8 @@ pub struct AlkCtx {
     streams: Arc<tokio::sync::OnceCell<Streams>>,
     /// The locks, opened on first use.
     locks: Arc<tokio::sync::OnceCell<Locks>>,
+    /// The free-standing rate limiters, opened on first use.
+    limiters: Arc<tokio::sync::OnceCell<Limiters>>,
     /// The schedules, opened on first use.
     schedules: Arc<tokio::sync::OnceCell<Schedules>>,
     /// Resources this instance holds.
@@ -55,6 +58,7 @@ impl Clone for AlkCtx {
             clock: self.clock.clone(),
             streams: self.streams.clone(),
             locks: self.locks.clone(),
+            limiters: self.limiters.clone(),
             schedules: self.schedules.clone(),
             open: Default::default(),
             keyvalue: crate::keyvalue::KeyvalueState::new(self.keyvalue.default_bucket.clone()),
@@ -141,6 +145,14 @@ impl AlkCtx {
             .await
             .cloned()
     }
+
+    /// The free-standing rate limiters, opened on first use.
+    pub(crate) async fn limiters(&self) -> AlkResult<Limiters> {
+        self.limiters
+            .get_or_try_init(|| Limiters::open(&*self.engine))
+            .await
+            .cloned()
+    }
 }
 
 /// Builds an [`AlkCtx`].
@@ -219,7 +231,8 @@ impl AlkCtxBuilder {
     }
 
     /// The format of queue files the default engine creates:
-    /// `localqueue.v2` (every job option) by default, or `localqueue.v1`
+    /// `localqueue.v3` (every job option, queue limits, unique sends and
+    /// results) by default, or `localqueue.v1`
     /// for a data directory shared with a program that reads only v1.
     /// Existing files keep their format either way (see
     /// [`alk_store_turso::migrate_queue`]).
@@ -265,6 +278,7 @@ impl AlkCtxBuilder {
             clock: self.clock,
             streams: Default::default(),
             locks: Default::default(),
+            limiters: Default::default(),
             schedules: Default::default(),
             open: Default::default(),
             keyvalue: crate::keyvalue::KeyvalueState::new(self.keyvalue_bucket),

@@ -205,6 +205,7 @@ mod http;
 pub mod keyvalue;
 mod kind;
 mod kv;
+mod limiter;
 mod lock;
 pub mod metrics;
 mod network;
@@ -255,6 +256,10 @@ pub mod worlds {
     /// `alk:store/schedule-imports`.
     pub mod schedule {
         pub use crate::schedule::{add_to_linker, add_to_linker_with};
+    }
+    /// `alk:store/limiter-imports` (since 0.1.4).
+    pub mod limiter {
+        pub use crate::limiter::{add_to_linker, add_to_linker_with};
     }
 }
 
@@ -310,6 +315,7 @@ pub fn add_to_linker_with<T: Send + 'static>(
     tx::add_interface_to_linker(linker, get)?;
     outbox::add_interface_to_linker(linker, get)?;
     schedule::add_interface_to_linker(linker, get)?;
+    limiter::add_interface_to_linker(linker, get)?;
     Ok(())
 }
 

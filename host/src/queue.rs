@@ -11,8 +11,8 @@ use wasmtime_wasi::p2::{DynPollable, Pollable, subscribe};
 use alk_store::jobs::{self as jobs, JobState as StoreState};
 
 use crate::bindings::alk::store::queue::{
-    self, AckOutcome, ClaimOptions, Job, JobInfo, JobState, Message, Payload, QueueStats, Retried,
-    SendOptions,
+    self, AckOutcome, ClaimOptions, Job, JobInfo, JobResult, JobState, Message, Payload,
+    QueueLimits, QueueStats, RateLimit, Retried, SendOptions, Sent, Taken, UniqueOptions,
 };
 use crate::ctx::{AlkCtxView, Slot};
 use crate::error::CallError;
@@ -119,6 +119,54 @@ pub(crate) fn wit_options(o: jobs::SendOptions) -> SendOptions {
         backoff_base_ms: o.backoff_base_ms,
         expires_in_ms: o.expires_in_ms,
         group: o.group,
+    }
+}
+
+pub(crate) fn unique(u: UniqueOptions) -> jobs::UniqueOptions {
+    jobs::UniqueOptions {
+        key: u.key,
+        for_ms: u.for_ms,
+    }
+}
+
+pub(crate) fn rate(r: RateLimit) -> alk_store::rate::RateLimit {
+    alk_store::rate::RateLimit {
+        capacity: r.capacity,
+        refill: r.refill,
+        interval_ms: r.interval_ms,
+    }
+}
+
+fn wit_rate(r: alk_store::rate::RateLimit) -> RateLimit {
+    RateLimit {
+        capacity: r.capacity,
+        refill: r.refill,
+        interval_ms: r.interval_ms,
+    }
+}
+
+pub(crate) fn taken(t: alk_store::rate::Taken) -> Taken {
+    match t {
+        alk_store::rate::Taken::Granted(left) => Taken::Granted(left),
+        alk_store::rate::Taken::WaitMs(ms) => Taken::WaitMs(ms),
+    }
+}
+
+fn limits(l: QueueLimits) -> jobs::QueueLimits {
+    jobs::QueueLimits {
+        group_concurrency: l.group_concurrency,
+        max_in_flight: l.max_in_flight,
+        rate: l.rate.map(rate),
+        rate_per_group: l.rate_per_group,
+    }
+}
+
+fn wit_limits(l: jobs::QueueLimits) -> QueueLimits {
+    QueueLimits {
+        group_concurrency: l.group_concurrency,
+        max_in_flight: l.max_in_flight,
+        rate: l.rate.map(wit_rate),
+        rate_per_group: l.rate_per_group,
     }
 }
 
@@ -392,6 +440,85 @@ impl queue::HostQueue for AlkCtxView<'_> {
             groups: s.groups,
             groups_in_flight: s.groups_in_flight,
         })
+    }
+
+    async fn send_unique(
+        &mut self,
+        q: Resource<Queue>,
+        payload: Payload,
+        opts: SendOptions,
+        unique_opts: UniqueOptions,
+    ) -> Result<Sent, CallError> {
+        let now = self.ctx.now();
+        let store = self.table.get(&q)?.store.clone();
+        let sent = store
+            .send_unique(
+                &to_store(payload),
+                &options(opts),
+                &unique(unique_opts),
+                now,
+            )
+            .await?;
+        Ok(Sent {
+            id: sent.id,
+            duplicate: sent.duplicate,
+        })
+    }
+
+    async fn limits(&mut self, q: Resource<Queue>) -> Result<QueueLimits, CallError> {
+        let store = self.table.get(&q)?.store.clone();
+        Ok(wit_limits(store.limits().await?))
+    }
+
+    async fn set_limits(&mut self, q: Resource<Queue>, l: QueueLimits) -> Result<(), CallError> {
+        let store = self.table.get(&q)?.store.clone();
+        Ok(store.set_limits(&limits(l)).await?)
+    }
+
+    async fn try_take(
+        &mut self,
+        q: Resource<Queue>,
+        n: u32,
+        group: Option<String>,
+    ) -> Result<Taken, CallError> {
+        let now = self.ctx.now();
+        let store = self.table.get(&q)?.store.clone();
+        Ok(taken(store.try_take(n, group.as_deref(), now).await?))
+    }
+
+    async fn complete(
+        &mut self,
+        q: Resource<Queue>,
+        receipt: String,
+        result: Payload,
+        keep_ms: Option<u64>,
+    ) -> Result<bool, CallError> {
+        let now = self.ctx.now();
+        let store = self.table.get(&q)?.store.clone();
+        Ok(store
+            .complete(&receipt, &to_store(result), keep_ms, now)
+            .await?)
+    }
+
+    async fn get_result(
+        &mut self,
+        q: Resource<Queue>,
+        id: u64,
+    ) -> Result<Option<JobResult>, CallError> {
+        let now = self.ctx.now();
+        let store = self.table.get(&q)?.store.clone();
+        Ok(store.result(id, now).await?.map(|r| JobResult {
+            id: r.id,
+            payload: from_store(r.payload),
+            completed_at_ms: ms(r.completed_at),
+            expires_at_ms: ms(r.expires_at),
+        }))
+    }
+
+    async fn delete_result(&mut self, q: Resource<Queue>, id: u64) -> Result<bool, CallError> {
+        let now = self.ctx.now();
+        let store = self.table.get(&q)?.store.clone();
+        Ok(store.delete_result(id, now).await?)
     }
 
     async fn drop(&mut self, q: Resource<Queue>) -> wasmtime::Result<()> {

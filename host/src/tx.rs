@@ -9,11 +9,11 @@ use wasmtime::component::Resource;
 use alk_store::AlkError;
 use alk_store::tx::Tx;
 
-use crate::bindings::alk::store::queue::{Payload, SendOptions};
+use crate::bindings::alk::store::queue::{Payload, SendOptions, UniqueOptions};
 use crate::bindings::alk::store::tx;
 use crate::ctx::{AlkCtxView, Slot};
 use crate::error::CallError;
-use crate::queue::{options, to_store};
+use crate::queue::{options, to_store, unique};
 
 /// A transaction, as held in the instance's resource table. The store
 /// transaction is created at the first operation.
@@ -175,6 +175,27 @@ impl tx::HostTransaction for AlkCtxView<'_> {
     ) -> Result<(), CallError> {
         self.tx_send(&t, SendTo::Queue(&queue), payloads, opts)
             .await
+    }
+
+    async fn enqueue_unique(
+        &mut self,
+        t: Resource<Transaction>,
+        queue: String,
+        payload: Payload,
+        opts: SendOptions,
+        unique_opts: UniqueOptions,
+    ) -> Result<(), CallError> {
+        let now = self.ctx.now();
+        let tx = self.tx(&t).await?;
+        Ok(tx
+            .enqueue_unique(
+                &queue,
+                &to_store(payload),
+                &options(opts),
+                &unique(unique_opts),
+                now,
+            )
+            .await?)
     }
 
     async fn outbox_enqueue(

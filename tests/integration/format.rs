@@ -114,8 +114,8 @@ fn fixed_meta(meta: &serde_json::Value) -> serde_json::Value {
         .collect()
 }
 
-/// A guest using transactions leaves a `localstream.v2` store and
-/// `localqueue.v2` queues (outbox queues included) exactly as documented;
+/// A guest using transactions leaves a `localstream.v3` store and
+/// `localqueue.v3` queues (outbox queues included) exactly as documented;
 /// the queues it sent to through transactions carry the relay mark of the
 /// stream store and nothing else beyond the documented rows.
 #[test]
@@ -128,7 +128,7 @@ fn transactions_leave_documented_stream_and_queue_stores() {
     let out = run_cli("stream-tool", dir.path(), &[], &["get-offset", "s", "c"]);
     assert!(out.status.success(), "{}", text(&out.stdout));
     let stream = sqlite_schema("store", &dir.path().join("stream/localstream.sqlite"));
-    let expected = sqlite_schema("ddl", &doc("localstream.v2.md"));
+    let expected = sqlite_schema("ddl", &doc("localstream.v3.md"));
     assert_eq!(stream["integrity"], "ok");
     assert_eq!(stream["tables"], expected["tables"]);
     assert_eq!(stream["indexes"], expected["indexes"]);
@@ -142,7 +142,7 @@ fn transactions_leave_documented_stream_and_queue_stores() {
         .expect("a store_id row");
     // Every send was relayed: nothing is left pending.
     assert_eq!(stream["rows"]["relay"], 0, "{}", stream["rows"]);
-    let queue_doc = sqlite_schema("ddl", &doc("localqueue.v2.md"));
+    let queue_doc = sqlite_schema("ddl", &doc("localqueue.v3.md"));
     let mut marked = 0;
     let mut outboxes = 0;
     for file in store_files(dir.path(), "queue", "localqueue.sqlite") {
@@ -181,7 +181,7 @@ fn the_stream_store_has_exactly_the_documented_schema_and_marker() {
         "stream-contract",
         "stream",
         "localstream.sqlite",
-        "localstream.v2",
+        "localstream.v3",
         &["__turso_internal_seq___turso_internal_autoincrement_relay"],
     );
 }
@@ -192,7 +192,7 @@ fn the_lock_store_has_exactly_the_documented_schema_and_marker() {
         "lock-contract",
         "lock",
         "locallock.sqlite",
-        "locallock.v1",
+        "locallock.v2",
         &[],
     );
 }
@@ -203,7 +203,7 @@ fn queue_stores_have_exactly_the_documented_schema_index_and_marker() {
         "queue-contract",
         "queue",
         "localqueue.sqlite",
-        "localqueue.v2",
+        "localqueue.v3",
         &[
             "__turso_internal_seq___turso_internal_autoincrement_message_groups",
             "__turso_internal_seq___turso_internal_autoincrement_messages",
@@ -382,7 +382,7 @@ fn a_stream_store_with_a_foreign_marker_is_rejected_and_left_untouched() {
         &["publish", "s", "1", "x"],
         dir.path(),
         &file,
-        &["localstream.v0", "localstream.v2"],
+        &["localstream.v0", "localstream.v3"],
     );
 }
 
@@ -401,7 +401,7 @@ fn a_lock_store_with_a_foreign_marker_is_rejected_and_left_untouched() {
         &["acquire", "l", "me", "1000", "10"],
         dir.path(),
         &file,
-        &["somelock.v3", "locallock.v1"],
+        &["somelock.v3", "locallock.v2"],
     );
 }
 

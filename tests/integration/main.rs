@@ -24,6 +24,7 @@ mod postgres_cli;
 mod postgres_fault;
 mod postgres_timeout;
 mod powerloss;
+mod queue_limits;
 mod queue_processes;
 mod serve;
 mod soak;

@@ -422,7 +422,7 @@ fn ops_table(md: &mut String, title: &str, note: &str, rows: &[Row]) {
             r.n,
             fmt_ops(&r.cells[0]),
             fmt_ops(&r.cells[1]),
-            fmt_ops(&r.cells[2]),
+            r.cells.get(2).map_or("—".to_string(), |c| fmt_ops(c)),
             ratio
         )
         .unwrap();
@@ -432,6 +432,18 @@ fn ops_table(md: &mut String, title: &str, note: &str, rows: &[Row]) {
 
 fn capability_rows(
     b: &Bench,
+    specs: &[(&str, &str, usize)],
+    relaxed: bool,
+    procs: usize,
+) -> Result<Vec<Row>> {
+    rows_on(b, &Engine::all(), specs, relaxed, procs)
+}
+
+/// [`capability_rows`] on `engines` only (the first two of
+/// [`Engine::all`]; a table shows the cells not measured as `—`).
+fn rows_on(
+    b: &Bench,
+    engines: &[Engine],
     specs: &[(&str, &str, usize)],
     relaxed: bool,
     procs: usize,
@@ -448,7 +460,7 @@ fn capability_rows(
             other => (other, None),
         };
         let per_proc = if preload.is_some() { 0 } else { *n };
-        let cells = Engine::all()
+        let cells = engines
             .iter()
             .map(|e| b.runs(*e, relaxed, op, per_proc, procs, preload))
             .collect::<Result<Vec<_>>>()?;
@@ -459,6 +471,102 @@ fn capability_rows(
         });
     }
     Ok(rows)
+}
+
+/// The queue-limits rows: each limited claim right after its plain row.
+fn limited_rows(b: &Bench) -> Result<Vec<Row>> {
+    // Each limited row right after its plain row: a rate that never runs
+    // dry (what the bucket's row costs each claim) and groups of three.
+    rows_on(
+        b,
+        &[Engine::Alk, Engine::Turso],
+        &[
+            (
+                "claim + ack one at a time, 500 waiting",
+                "queue-claim-1-500",
+                500,
+            ),
+            (
+                "claim + ack one at a time, 500 waiting, rate-limited",
+                "queue-claim-1-500-rate",
+                500,
+            ),
+            (
+                "claim + ack-batch, batch 8, 5,000 waiting (messages)",
+                "queue-claim-8-5000",
+                5_000,
+            ),
+            (
+                "claim + ack-batch, batch 8, 5,000 waiting, rate-limited (messages)",
+                "queue-claim-8-5000-rate",
+                5_000,
+            ),
+            (
+                "grouped claim + ack one at a time, 1,000 waiting in 100 groups",
+                "queue-gclaim-1000",
+                500,
+            ),
+            (
+                "grouped claim + ack one at a time, 1,000 waiting in 100 groups of 3 in flight",
+                "queue-gclaim-1000-n3",
+                500,
+            ),
+        ],
+        true,
+        1,
+    )
+}
+
+/// The title and note of the queue-limits table.
+const LIMITS_TITLE: &str = "Queue limits — one process, relaxed durability";
+const LIMITS_NOTE: &str = "The same claims on a queue with limits (`alk:store@0.1.4`), each measured right after its plain row in the same run: `-rate` rows run on a queue whose rate never runs dry (a million tokens, a million more every millisecond), so they show what reading and writing the bucket's row costs a claim, not what a rate holds back; the `of 3 in flight` row on a queue whose groups have three messages in flight at once. Stock SQLite has no such rows.";
+
+/// `cargo xtask bench limits`: measures only the queue-limits rows and
+/// puts them in place of their table in `docs/benchmarks.md` (before the
+/// Postgres section when there is none yet), saying when they were
+/// measured.
+pub fn run_limits(root: &Path, host_bin: &Path, native: &Path, postgres_url: &str) -> Result<()> {
+    let host = Host {
+        bin: host_bin,
+        guests: crate::target_dir().join("guests"),
+    };
+    let b = Bench {
+        host: &host,
+        native: native.to_path_buf(),
+        postgres_url: postgres_url.to_string(),
+    };
+    let _ = Command::new(host_bin)
+        .arg("compile")
+        .arg("--cache-dir")
+        .arg(crate::target_dir().join("bench-cache"))
+        .arg(host.guests.join("bench-guest.wasm"))
+        .output();
+    let rows = limited_rows(&b)?;
+    let mut table = String::new();
+    let note = format!(
+        "{LIMITS_NOTE} These rows were measured on {} by `cargo xtask bench limits`, apart from the rest of this file.",
+        machine()
+    );
+    ops_table(&mut table, LIMITS_TITLE, &note, &rows);
+    let path = root.join("docs/benchmarks.md");
+    let old = std::fs::read_to_string(&path).map_err(|e| e.to_string())?;
+    let heading = format!("### {LIMITS_TITLE}");
+    let new = match old.find(&heading) {
+        Some(at) => {
+            let rest = &old[at + heading.len()..];
+            let end = rest
+                .find("\n### ")
+                .map_or(old.len(), |e| at + heading.len() + e + 1);
+            format!("{}{table}{}", &old[..at], &old[end..])
+        }
+        None => match old.find("### Postgres engine") {
+            Some(at) => format!("{}{table}{}", &old[..at], &old[at..]),
+            None => format!("{}\n\n{table}", old.trim_end()),
+        },
+    };
+    std::fs::write(&path, new).map_err(|e| e.to_string())?;
+    eprintln!("bench: wrote the queue-limits rows into {}", path.display());
+    Ok(())
 }
 
 /// Runs per Postgres measurement (each side).
@@ -838,6 +946,7 @@ pub fn run(
         true,
         1,
     )?;
+    let limited = limited_rows(&b)?;
     let relaxed_multi = capability_rows(
         &b,
         &[(
@@ -1089,6 +1198,7 @@ pub fn run(
         "`queue-gclaim-<depth>` sends `depth` messages (untimed) spread evenly over 100 groups, one group after the other, then claims and acknowledges `ops per run` of them one at a time: each claim walks the round of groups from the one served longest ago and takes that group's oldest message. Equal rates at 1,000 and 100,000 waiting show that the claim does not slow down as groups grow.",
         &grouped,
     );
+    ops_table(&mut md, LIMITS_TITLE, LIMITS_NOTE, &limited);
     md.push_str(&"### Postgres engine — full durability\n\nThe Postgres engine on the throwaway PostgreSQL 15 server of the run (on this machine, over TCP on\nloopback, `synchronous_commit` on). **alk guest**: `alk-host run --store postgres://…?schema=S\ntarget/guests/bench-guest.wasm -- <op> <n> <tag>`; **direct**: the engine's own statements\n(`alk_store_postgres::sql`) from Rust with tokio-postgres on one connection with prepared statements, no guest, no\nhost, no pool: `target/debug/alk-bench op postgres-direct full <op> <n> <tag> postgres://…?schema=S`. Both sides run\non a single-threaded tokio runtime (what `alk-host run --store` uses). Every run\nuses a fresh schema; the two sides take turns, {PG_RUNS} runs each (median, slowest–fastest). **alk ÷ direct** is the\nhost's overhead as a time ratio (direct ops/s over alk ops/s; 1.00 = none). The 4-process row drains one preloaded\nqueue, 100 messages per receive and one ack-batch each. The throwaway server runs with `fsync = off` (it is a test\nserver): commits do not wait for the disk, so the figures show the cost of the host and of the statements rather than\nof this machine's disk.\n\n| operation | processes | ops per run | alk guest ops/s | direct ops/s | alk ÷ direct |\n|---|---|---|---|---|---|\n".replace("{PG_RUNS}", &PG_RUNS.to_string()));
     for (label, n, procs, cells) in &postgres {
         let ratio = median_ratio(&cells[0], &cells[1]);

@@ -65,11 +65,11 @@ fn main() -> ExitCode {
         Some("powerloss") => powerloss(&args[1..]),
         Some("vendor-wit") => vendor_wit(args.get(1).map(String::as_str) == Some("--check")),
         Some("vendor-turso") => vendor_turso(args.get(1).map(String::as_str) == Some("--check")),
-        Some("bench") => bench(args.get(1).map(String::as_str) == Some("serve")),
+        Some("bench") => bench(args.get(1).map(String::as_str)),
         Some("postgres") => postgres(),
         _ => {
             eprintln!(
-                "usage: cargo xtask <guests|demo|test [cargo test args…]|soak [runs] [seconds] [filter]|powerloss [cuts]|bench [serve]|postgres|vendor-wit [--check]>"
+                "usage: cargo xtask <guests|demo|test [cargo test args…]|soak [runs] [seconds] [filter]|powerloss [cuts]|bench [serve|limits]|postgres|vendor-wit [--check]>"
             );
             return ExitCode::from(2);
         }
@@ -503,13 +503,17 @@ fn powerloss(args: &[String]) -> Result<()> {
         .args(["--test-threads", "1", "--nocapture"]))
 }
 
-fn bench(only_serve: bool) -> Result<()> {
+fn bench(only: Option<&str>) -> Result<()> {
     let (host, native, wasmtime) = bench_tools()?;
     let (postgres, _cluster) = test_postgres()?;
-    if only_serve {
-        return bench::run_serve(&root(), &host, &native, &wasmtime, &postgres);
+    match only {
+        Some("serve") => bench::run_serve(&root(), &host, &native, &wasmtime, &postgres),
+        Some("limits") => bench::run_limits(&root(), &host, &native, &postgres),
+        None => bench::run(&root(), &host, &native, &wasmtime, &postgres),
+        Some(other) => Err(format!(
+            "cargo xtask bench takes serve, limits or nothing, not {other:?}"
+        )),
     }
-    bench::run(&root(), &host, &native, &wasmtime, &postgres)
 }
 
 /// Starts a throwaway PostgreSQL server and keeps it until the process is

@@ -61,12 +61,13 @@ pub struct GuestArgs {
     #[arg(long, value_enum, default_value = "full")]
     durability: DurabilityArg,
 
-    /// The format of queue files this host creates. `v2`: every job option
-    /// (priorities, delays, retries, dead letters, groups). `v1`: plain
+    /// The format of queue files this host creates. `v3`: every job option
+    /// (priorities, delays, retries, dead letters, groups), queue limits,
+    /// unique sends and results (`v2` is taken to mean it too). `v1`: plain
     /// messages only, for a data directory shared with a program that reads
     /// only `localqueue.v1`. Existing queue files keep their format; move a
-    /// v1 queue to v2 with `alk-host migrate queue NAME`.
-    #[arg(long, value_enum, default_value = "v2", conflicts_with = "store")]
+    /// v1 or v2 queue to v3 with `alk-host migrate queue NAME`.
+    #[arg(long, value_enum, default_value = "v3", conflicts_with = "store")]
     new_queues: NewQueuesArg,
 
     /// The format of kv bucket files this host creates. `v1` (the
@@ -76,7 +77,7 @@ pub struct GuestArgs {
     /// keep their format; move a v1 bucket to v2 with
     /// `alk-host migrate kv NAME`.
     #[arg(long, value_enum, default_value = "v1", conflicts_with = "store")]
-    new_kv: NewQueuesArg,
+    new_kv: NewKvArg,
 
     /// The bucket a `wasi:keyvalue` guest opens with the store identifier
     /// `""`; other identifiers name their bucket.
@@ -127,11 +128,11 @@ impl GuestArgs {
                 .durability(durability)
                 .new_queues(match self.new_queues {
                     NewQueuesArg::V1 => NewQueues::V1,
-                    NewQueuesArg::V2 => NewQueues::V2,
+                    NewQueuesArg::V3 => NewQueues::V3,
                 })
                 .new_kv(match self.new_kv {
-                    NewQueuesArg::V1 => NewKv::V1,
-                    NewQueuesArg::V2 => NewKv::V2,
+                    NewKvArg::V1 => NewKv::V1,
+                    NewKvArg::V2 => NewKv::V2,
                 })
                 .keyvalue_default_bucket(&self.keyvalue_bucket)
                 .build(),
@@ -153,9 +154,19 @@ fn bucket_name(name: &str) -> Result<String, String> {
         .map_err(|e| e.to_string())
 }
 
-/// `--new-queues` and `--new-kv` values.
+/// `--new-queues` values.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 enum NewQueuesArg {
+    /// `localqueue.v3`, the newest format.
+    #[value(alias = "v2")]
+    V3,
+    /// `localqueue.v1`, plain messages only.
+    V1,
+}
+
+/// `--new-kv` values.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum NewKvArg {
     V1,
     V2,
 }

@@ -153,11 +153,13 @@ pub struct MigrateCommand {
 
 #[derive(Debug, clap::Subcommand)]
 enum MigrateWhat {
-    /// Move a queue file from `localqueue.v1` to `localqueue.v2`, keeping
-    /// every message, id, attempt count and receipt. Stop every process
-    /// using the queue first: the migration refuses to run while one has it
-    /// open, and no process can open it while it runs. The program that
-    /// shares the v1 format can no longer read the queue afterwards.
+    /// Move a queue file from `localqueue.v1` or `localqueue.v2` to
+    /// `localqueue.v3` (queue limits, unique sends and results), keeping
+    /// every message, id, attempt count, receipt, group and dead letter.
+    /// Stop every process using the queue first: the migration refuses to
+    /// run while one has it open, and no process can open it while it
+    /// runs. Programs that read only the older format can no longer read
+    /// the queue afterwards.
     Queue {
         /// The queue's name.
         name: String,
@@ -203,7 +205,8 @@ pub(super) fn block_on(body: impl std::future::Future<Output = wasmtime::Result<
 }
 
 impl MigrateCommand {
-    /// Runs the migration; exit code 0 when the store is v2 afterwards.
+    /// Runs the migration; exit code 0 when the store is of the newest
+    /// format afterwards.
     pub fn execute(self) -> ExitCode {
         let runtime = match tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -215,25 +218,30 @@ impl MigrateCommand {
                 return ExitCode::from(HOST_FAILURE);
             }
         };
-        let (what, name, done) = match self.what {
+        // The format the store had, when it was upgraded.
+        let (kind, to, name, done) = match self.what {
             MigrateWhat::Queue { name, data_dir } => {
+                use alk_host::turso::queue::Migrated;
                 let done = runtime.block_on(alk_host::turso::migrate_queue(&data_dir, &name));
-                let done = done.map(|m| m == alk_host::turso::queue::Migrated::Upgraded);
-                (("queue", "localqueue.v1", "localqueue.v2"), name, done)
+                let done = done.map(|m| match m {
+                    Migrated::Upgraded { from } => Some(from),
+                    Migrated::AlreadyCurrent => None,
+                });
+                ("queue", "localqueue.v3", name, done)
             }
             MigrateWhat::Kv { name, data_dir } => {
+                use alk_host::turso::kv::Migrated;
                 let done = runtime.block_on(alk_host::turso::migrate_kv(&data_dir, &name));
-                let done = done.map(|m| m == alk_host::turso::kv::Migrated::Upgraded);
-                (("bucket", "localkv.v1", "localkv.v2"), name, done)
+                let done = done.map(|m| (m == Migrated::Upgraded).then_some("localkv.v1"));
+                ("bucket", "localkv.v2", name, done)
             }
         };
-        let (kind, from, to) = what;
         match done {
-            Ok(true) => {
+            Ok(Some(from)) => {
                 println!("{kind} {name}: migrated from {from} to {to}");
                 ExitCode::SUCCESS
             }
-            Ok(false) => {
+            Ok(None) => {
                 println!("{kind} {name}: already {to}; nothing to do");
                 ExitCode::SUCCESS
             }

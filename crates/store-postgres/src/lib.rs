@@ -2,7 +2,7 @@
 //! PostgreSQL database, so hosts on many machines share queues, streams,
 //! buckets and locks; waits are woken across machines by `LISTEN/NOTIFY`.
 //!
-//! The schema is `alk-postgres.v3` (`docs/formats/alk-postgres.v3.md`,
+//! The schema is `alk-postgres.v4` (`docs/formats/alk-postgres.v4.md`,
 //! every statement by name in [`sql`]). [`PostgresEngine::connect`]
 //! applies its migrations at start and refuses a schema of a newer or
 //! foreign format untouched.

@@ -1,10 +1,12 @@
 //! Locks: one row per name in `locks`, kept after release so its fencing
-//! token only grows, whichever host takes the lock next.
+//! token only grows, whichever host takes the lock next; the free-standing
+//! token buckets kept with them, one row per name in `limiters`.
 
 use std::sync::Arc;
 
-use alk_store::AlkResult;
 use alk_store::lock::{Acquired, Holder, LockEngine};
+use alk_store::rate::{Bucket, RateLimit, Taken};
+use alk_store::{AlkError, AlkResult};
 use async_trait::async_trait;
 
 use crate::conn::Inner;
@@ -30,6 +32,13 @@ WHERE name = $1 AND owner IS NOT NULL AND expires_at > $2";
 /// first page), at most `$3`: a range of the primary key.
 pub const L_HOLDERS: &str = "SELECT name, owner, expires_at, token FROM alk.locks \
 WHERE name > $1 AND owner IS NOT NULL AND expires_at > $2 ORDER BY name LIMIT $3";
+/// Holds token bucket `$1` for the rest of the transaction: made full
+/// (`$2` tokens since `$3`) unless it has a row, locked either way; its
+/// tokens and the start of its interval.
+pub const L_TOKENS_HOLD: &str = "INSERT INTO alk.limiters AS l (name, tokens, since) VALUES ($1, $2, $3) \
+ON CONFLICT (name) DO UPDATE SET tokens = l.tokens RETURNING tokens, since";
+/// Writes back token bucket `$1` (held by this transaction).
+pub const L_TOKENS_SAVE: &str = "UPDATE alk.limiters SET tokens = $2, since = $3 WHERE name = $1";
 
 /// The locks of a schema.
 pub(crate) struct PgLocks {
@@ -39,6 +48,8 @@ pub(crate) struct PgLocks {
     release: String,
     holder: String,
     holders: String,
+    tokens_hold: String,
+    tokens_save: String,
 }
 
 impl PgLocks {
@@ -50,6 +61,8 @@ impl PgLocks {
             release: s.get(L_RELEASE),
             holder: s.get(L_HOLDER),
             holders: s.get(L_HOLDERS),
+            tokens_hold: s.get(L_TOKENS_HOLD),
+            tokens_save: s.get(L_TOKENS_SAVE),
             inner,
         }
     }
@@ -186,5 +199,44 @@ impl LockEngine for PgLocks {
             expires_at: self.inner.clock.to_host(expires_at),
             token: u64::try_from(token).unwrap_or(0),
         }))
+    }
+
+    async fn take_tokens(
+        &self,
+        name: &str,
+        rate: &RateLimit,
+        n: u32,
+        now: i64,
+    ) -> AlkResult<Taken> {
+        let now = self.inner.clock.to_db(now);
+        let (hold, save) = (&self.tokens_hold, &self.tokens_save);
+        let full = i64::from(rate.capacity);
+        self.inner
+            .run(|c| {
+                Box::pin(async move {
+                    let mut c = c;
+                    let tx = c.transaction().await?;
+                    let stmt = tx.prepare_cached(hold).await?;
+                    let row = tx
+                        .query_opt(&stmt, &[&name, &full, &now])
+                        .await?
+                        .ok_or_else(|| {
+                            crate::conn::Fail::Alk(AlkError::Internal(
+                                "holding a token bucket returned no row".into(),
+                            ))
+                        })?;
+                    let stored = Bucket {
+                        tokens: row.try_get(0)?,
+                        since: row.try_get(1)?,
+                    };
+                    let (taken, after) = stored.take(rate, n, now);
+                    let stmt = tx.prepare_cached(save).await?;
+                    tx.execute(&stmt, &[&name, &after.tokens, &after.since])
+                        .await?;
+                    tx.commit().await?;
+                    Ok(taken)
+                })
+            })
+            .await
     }
 }

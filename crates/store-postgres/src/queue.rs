@@ -17,9 +17,11 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use alk_store::jobs::{
-    Beat, EXPIRED_ERROR, JobInfo, JobState, Retried, RetryDelay, Stamp, lapsed_error,
+    Beat, EXPIRED_ERROR, JobInfo, JobResult, JobState, QueueLimits, Retried, RetryDelay, Sent,
+    Stamp, UNGROUPED_BUCKET, Unique, lapsed_error,
 };
 use alk_store::queue::{AckedBatch, Delivery, Payload, QueueEngine, QueueStats, Receipt, Settled};
+use alk_store::rate::{Bucket, RateLimit, Taken, check_take};
 use alk_store::{AlkError, AlkResult};
 use async_trait::async_trait;
 use deadpool_postgres::GenericClient;
@@ -51,45 +53,49 @@ SELECT $1, n.last_id - $2 + t.ord, t.kind, t.data, $5::bigint, $8::bigint, $8, $
 unnest($3::text[], $4::bytea[]) WITH ORDINALITY AS t(kind, data, ord) RETURNING id";
 /// Claims up to `$4` due messages without a group of priority `$3` or
 /// more, by priority, ready time and id, hidden until `$5`, under the
-/// claim's UUID `$6`; with `$7`, only while the queue has no group. Rows
-/// locked by another claimer are skipped, and the update checks again that
-/// each row is still due. Rows: kind 0, a claimed message; 1, a due
-/// message that expired; 2, a due message whose attempts are used up
-/// (neither is claimed); 3, the queue has a group (with `$7`: nothing was
-/// claimed).
-pub const Q_CLAIM_LANE: &str = "WITH due AS (SELECT m.id, m.attempt, (m.expires_at <= $2) IS TRUE AS expired, \
+/// claim's UUID `$6`; with `$7`, only while the queue has no group and no
+/// limits. Rows locked by another claimer are skipped, and the update
+/// checks again that each row is still due. Rows: kind 0, a claimed
+/// message; 1, a due message that expired; 2, a due message whose attempts
+/// are used up (neither is claimed); 3, the queue has a group or limits
+/// (with `$7`: nothing was claimed).
+pub const Q_CLAIM_LANE: &str = "WITH refused AS (SELECT $7::boolean AND (EXISTS (SELECT 1 FROM alk.groups AS g \
+WHERE g.queue = $1 AND g.group_key <> ''::bytea) OR EXISTS (SELECT 1 FROM alk.queue_limits AS l WHERE l.queue = $1)) AS r), \
+due AS (SELECT m.id, m.attempt, (m.expires_at <= $2) IS TRUE AS expired, \
 (m.attempt >= m.max_attempts) IS TRUE AS spent FROM alk.messages AS m \
 WHERE m.queue = $1 AND m.group_key IS NULL AND m.visible_at <= $2 AND m.priority >= $3 \
-AND NOT ($7::boolean AND EXISTS (SELECT 1 FROM alk.groups AS g WHERE g.queue = $1 AND g.group_key <> ''::bytea)) \
+AND NOT (SELECT r FROM refused) \
 ORDER BY m.priority DESC, m.ready_at, m.id LIMIT $4 FOR UPDATE SKIP LOCKED), \
 took AS (UPDATE alk.messages AS m SET visible_at = $5, attempt = m.attempt + 1, receipt_handle = $6 FROM due \
 WHERE m.queue = $1 AND m.id = due.id AND m.visible_at <= $2 AND NOT due.expired AND NOT due.spent \
 RETURNING m.id, m.payload_type, m.payload_data, m.attempt, m.priority, m.ready_at, m.group_key, m.max_attempts) \
 SELECT 0, id, payload_type, payload_data, attempt, priority, ready_at, group_key, max_attempts FROM took \
 UNION ALL SELECT CASE WHEN expired THEN 1 ELSE 2 END, id, NULL, NULL, attempt, NULL, NULL, NULL, NULL FROM due WHERE expired OR spent \
-UNION ALL SELECT 3, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL \
-WHERE $7 AND EXISTS (SELECT 1 FROM alk.groups AS g WHERE g.queue = $1 AND g.group_key <> ''::bytea)";
-/// The groups of priority `$3` or more whose oldest message is due at
-/// `$2`, in the order of the round (served longest ago first, then the
-/// first to join), at most `$4`: each group's key, place, oldest message,
+UNION ALL SELECT 3, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM refused WHERE r";
+/// The groups of priority `$3` or more with a message due at `$2` among
+/// their first `$5` messages (by id: the group's window), in the order of
+/// the round (served longest ago first, then the first to join), at most
+/// `$4`: each group's key, place, the due messages of its window (by id),
 /// and the place of the messages without a group.
-pub const Q_HEADS: &str = "SELECT g.group_key, g.served, h.id, \
+pub const Q_HEADS: &str = "SELECT g.group_key, g.served, h.ids, \
 coalesce((SELECT l.served FROM alk.groups AS l WHERE l.queue = $1 AND l.group_key = ''::bytea), 0) \
-FROM alk.groups AS g CROSS JOIN LATERAL (SELECT m.id, m.visible_at FROM alk.messages AS m \
-WHERE m.queue = $1 AND m.group_key = g.group_key ORDER BY m.id LIMIT 1) AS h \
-WHERE g.queue = $1 AND g.group_key <> ''::bytea AND g.priority >= $3 AND h.visible_at <= $2 \
+FROM alk.groups AS g CROSS JOIN LATERAL (SELECT array_agg(w.id ORDER BY w.id) FILTER (WHERE w.visible_at <= $2) AS ids \
+FROM (SELECT m.id, m.visible_at FROM alk.messages AS m \
+WHERE m.queue = $1 AND m.group_key = g.group_key ORDER BY m.id LIMIT $5) AS w) AS h \
+WHERE g.queue = $1 AND g.group_key <> ''::bytea AND g.priority >= $3 AND h.ids IS NOT NULL \
 ORDER BY g.served, g.seq LIMIT $4";
 /// Locks up to `$3` of the groups `$2`, in the order of the round, passing
 /// over groups another claimer holds; the keys locked.
 pub const Q_LOCK_ROUND: &str = "SELECT group_key FROM alk.groups WHERE queue = $1 AND group_key = ANY($2::bytea[]) \
 ORDER BY served, seq LIMIT $3 FOR UPDATE SKIP LOCKED";
-/// Claims the messages `$3` that are due at `$2` and still the oldest of
-/// their group, hidden until `$4`, under the claim's UUID `$5`; rows as
-/// [`Q_CLAIM_LANE`]'s (kinds 0 to 2).
+/// Claims the messages `$3` that are due at `$2` and still among the first
+/// `$6` messages of their group, hidden until `$4`, under the claim's UUID
+/// `$5`; rows as [`Q_CLAIM_LANE`]'s (kinds 0 to 2).
 pub const Q_CLAIM_HEADS: &str = "WITH due AS (SELECT m.id, m.attempt, (m.expires_at <= $2) IS TRUE AS expired, \
 (m.attempt >= m.max_attempts) IS TRUE AS spent FROM alk.messages AS m \
 WHERE m.queue = $1 AND m.id = ANY($3::bigint[]) AND m.visible_at <= $2 \
-AND NOT EXISTS (SELECT 1 FROM alk.messages AS o WHERE o.queue = $1 AND o.group_key = m.group_key AND o.id < m.id) FOR UPDATE), \
+AND (SELECT count(*) FROM (SELECT 1 FROM alk.messages AS o WHERE o.queue = $1 AND o.group_key = m.group_key AND o.id < m.id \
+LIMIT $6) AS w) < $6 FOR UPDATE), \
 took AS (UPDATE alk.messages AS m SET visible_at = $4, attempt = m.attempt + 1, receipt_handle = $5 FROM due \
 WHERE m.queue = $1 AND m.id = due.id AND m.visible_at <= $2 AND NOT due.expired AND NOT due.spent \
 RETURNING m.id, m.payload_type, m.payload_data, m.attempt, m.priority, m.ready_at, m.group_key, m.max_attempts) \
@@ -215,9 +221,76 @@ pub const Q_STATS: &str = "SELECT (SELECT count(*) FROM alk.messages WHERE queue
 /// Deletes every message of a queue (its ids are never reused).
 pub const Q_PURGE: &str = "DELETE FROM alk.messages WHERE queue = $1";
 
+/// Holds unique key `$2` of the queue for the rest of the transaction:
+/// the row is made (holding nothing: message 0, no time) unless it exists,
+/// and locked either way; the message holding it and until when. A sender
+/// that finds the row locked waits for the holder's commit.
+pub const Q_UNIQUE_HOLD: &str = "INSERT INTO alk.unique_keys AS u (queue, key, id, held_until) VALUES ($1, $2, 0, NULL) \
+ON CONFLICT (queue, key) DO UPDATE SET id = u.id RETURNING id, held_until";
+/// Gives unique key `$2` to message `$3`, until `$4` (NULL: while the
+/// message is live).
+pub const Q_UNIQUE_SET: &str =
+    "UPDATE alk.unique_keys SET id = $3, held_until = $4 WHERE queue = $1 AND key = $2";
+/// Locks up to 1,000 unique keys that hold nothing at `$2` (their time
+/// passed, or, without a time, their message is gone), passing over keys a
+/// sender holds; their keys.
+pub const Q_UNIQUE_STALE: &str = "SELECT u.key FROM alk.unique_keys AS u WHERE u.queue = $1 \
+AND (u.held_until <= $2 OR (u.held_until IS NULL AND NOT EXISTS (SELECT 1 FROM alk.messages AS m WHERE m.queue = $1 AND m.id = u.id))) \
+LIMIT 1000 FOR UPDATE SKIP LOCKED";
+/// Deletes those of the unique keys `$3` (locked by this transaction) that
+/// still hold nothing at `$2`.
+pub const Q_UNIQUE_DROP: &str = "DELETE FROM alk.unique_keys AS u WHERE u.queue = $1 AND u.key = ANY($3::bytea[]) \
+AND (u.held_until <= $2 OR (u.held_until IS NULL AND NOT EXISTS (SELECT 1 FROM alk.messages AS m WHERE m.queue = $1 AND m.id = u.id)))";
+/// The queue's limits (no row: the defaults).
+pub const Q_LIMITS: &str = "SELECT group_concurrency, max_in_flight, rate_capacity, rate_refill, rate_interval_ms, rate_per_group \
+FROM alk.queue_limits WHERE queue = $1";
+/// The queue's limits, locked until commit: claims of a queue with a cap
+/// or a rate take turns on this row.
+pub const Q_LIMITS_HOLD: &str = "SELECT group_concurrency, max_in_flight, rate_capacity, rate_refill, rate_interval_ms, rate_per_group \
+FROM alk.queue_limits WHERE queue = $1 FOR UPDATE";
+/// Sets the queue's limits.
+pub const Q_LIMITS_SET: &str = "INSERT INTO alk.queue_limits AS l (queue, group_concurrency, max_in_flight, rate_capacity, rate_refill, \
+rate_interval_ms, rate_per_group) VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (queue) DO UPDATE SET \
+group_concurrency = EXCLUDED.group_concurrency, max_in_flight = EXCLUDED.max_in_flight, rate_capacity = EXCLUDED.rate_capacity, \
+rate_refill = EXCLUDED.rate_refill, rate_interval_ms = EXCLUDED.rate_interval_ms, rate_per_group = EXCLUDED.rate_per_group";
+/// Back to the defaults: the queue's row goes (its buckets stay).
+pub const Q_LIMITS_CLEAR: &str = "DELETE FROM alk.queue_limits WHERE queue = $1";
+/// How many messages are in flight at `$2` (a range of `messages_visible`).
+pub const Q_IN_FLIGHT: &str = "SELECT count(*) FROM alk.messages WHERE queue = $1 AND visible_at > $2 AND receipt_handle IS NOT NULL";
+/// Holds the rate buckets `$2` (distinct keys) of the queue for the rest of
+/// the transaction: those without a row are made full (`$3` tokens since
+/// `$4`), all are locked; each one's key, tokens and start of interval.
+pub const Q_BUCKETS_HOLD: &str = "INSERT INTO alk.rate_buckets AS b (queue, bucket, tokens, since) \
+SELECT $1::text, k.key, $3::bigint, $4::bigint FROM unnest($2::bytea[]) AS k(key) ORDER BY k.key \
+ON CONFLICT (queue, bucket) DO UPDATE SET tokens = b.tokens RETURNING bucket, tokens, since";
+/// Writes back the rate buckets `$2` (held by this transaction) with the
+/// tokens `$3` and interval starts `$4`.
+pub const Q_BUCKETS_SAVE: &str = "UPDATE alk.rate_buckets AS b SET tokens = u.tokens, since = u.since \
+FROM unnest($2::bytea[], $3::bigint[], $4::bigint[]) AS u(bucket, tokens, since) \
+WHERE b.queue = $1 AND b.bucket = u.bucket";
+/// The queue's rate buckets: only the queue-wide one (key `''`) unless
+/// `$2`.
+pub const Q_BUCKETS: &str = "SELECT bucket, tokens, since FROM alk.rate_buckets \
+WHERE queue = $1 AND (bucket = ''::bytea OR $2::boolean)";
+/// Stores the result of message `$2` (replacing one stored before).
+pub const Q_RESULT_PUT: &str = "INSERT INTO alk.results (queue, id, payload_type, payload_data, completed_at, expires_at) \
+VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (queue, id) DO UPDATE SET payload_type = EXCLUDED.payload_type, \
+payload_data = EXCLUDED.payload_data, completed_at = EXCLUDED.completed_at, expires_at = EXCLUDED.expires_at";
+/// The result of message `$2`, unless its time ran out by `$3`.
+pub const Q_RESULT: &str = "SELECT payload_type, payload_data, completed_at, expires_at FROM alk.results \
+WHERE queue = $1 AND id = $2 AND expires_at > $3";
+/// Deletes the result of message `$2`; whether it was still kept at `$3`.
+pub const Q_RESULT_DELETE: &str =
+    "DELETE FROM alk.results WHERE queue = $1 AND id = $2 RETURNING expires_at > $3";
+/// Deletes up to 1,000 results whose time ran out by `$2` (a range of
+/// `results_expiry`).
+pub const Q_RESULTS_SWEEP: &str = "DELETE FROM alk.results AS r USING (SELECT id FROM alk.results \
+WHERE queue = $1 AND expires_at <= $2 ORDER BY expires_at LIMIT 1000) AS x WHERE r.queue = $1 AND r.id = x.id";
+
 /// The key of the messages without a group in `groups` (group keys are
-/// never empty).
-const LANE: &[u8] = b"";
+/// never empty), and of the queue-wide rate bucket (or, with a rate per
+/// group, the bucket of the messages without a group) in `rate_buckets`.
+const LANE: &[u8] = UNGROUPED_BUCKET.as_bytes();
 
 /// The statements of the queue store, for one schema.
 struct Statements {
@@ -251,6 +324,41 @@ struct Statements {
     next_visible: String,
     purge: String,
     stats: String,
+    pub(crate) unique: UniqueStatements,
+    unique_stale: String,
+    unique_drop: String,
+    limits: String,
+    limits_hold: String,
+    limits_set: String,
+    limits_clear: String,
+    in_flight: String,
+    buckets_hold: String,
+    buckets_save: String,
+    buckets: String,
+    result_put: String,
+    result: String,
+    result_delete: String,
+    results_sweep: String,
+}
+
+/// The statements of a send with a unique key, for one schema (a queue's
+/// own, and those of a transaction).
+pub(crate) struct UniqueStatements {
+    pub(crate) send: String,
+    hold: String,
+    lookup: String,
+    set: String,
+}
+
+impl UniqueStatements {
+    pub(crate) fn new(s: &crate::sql::Sql) -> UniqueStatements {
+        UniqueStatements {
+            send: s.get(Q_SEND),
+            hold: s.get(Q_UNIQUE_HOLD),
+            lookup: s.get(Q_LOOKUP),
+            set: s.get(Q_UNIQUE_SET),
+        }
+    }
 }
 
 /// One queue.
@@ -331,6 +439,162 @@ pub(crate) async fn send_on<C: GenericClient + Sync>(
         .collect::<Result<Vec<i64>, Fail>>()?;
     ids.sort_unstable();
     Ok(ids)
+}
+
+/// Sends one message with `stamp` to `queue` unless `unique`'s key is taken
+/// at `now` (host times, moved to the database's clock here), on `c`: an
+/// open transaction, a queue's own or a cross-mechanism one. The key's row
+/// is held first ([`Q_UNIQUE_HOLD`]: senders of one key take turns), then
+/// its holder is looked up by a statement that starts after the hold was
+/// granted, so it sees whatever the previous holder committed; a free key
+/// is given to the new message in the same transaction. A taken key
+/// changes nothing (the row holding nothing that a hold makes is never
+/// left: such a key is free).
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn send_unique_on<C: GenericClient + Sync>(
+    c: &C,
+    sql: &UniqueStatements,
+    clock: &Clockwork,
+    queue: &str,
+    payload: &Payload,
+    stamp: &Stamp,
+    unique: &Unique,
+    now: i64,
+) -> Result<Sent, Fail> {
+    let key = unique.key.as_bytes();
+    let held = rows(c, &sql.hold, &[&queue, &key]).await?;
+    let row = held.first().ok_or_else(|| {
+        Fail::Alk(AlkError::Internal(
+            "holding a unique key returned no row".into(),
+        ))
+    })?;
+    let holder: i64 = row.try_get(0)?;
+    let until: Option<i64> = row.try_get(1)?;
+    let live = until.is_none()
+        && holder > 0
+        && !rows(c, &sql.lookup, &[&queue, &holder]).await?.is_empty();
+    if holder > 0 && Unique::blocks(until, live, clock.to_db(now)) {
+        return Ok(Sent {
+            id: holder as u64,
+            duplicate: true,
+        });
+    }
+    let ids = send_on(
+        c,
+        &sql.send,
+        clock,
+        queue,
+        std::slice::from_ref(payload),
+        stamp,
+        now,
+    )
+    .await?;
+    let id = *ids
+        .first()
+        .ok_or_else(|| Fail::Alk(AlkError::Internal("a send returned no id".into())))?;
+    let until = unique.until.map(|t| clock.to_db(t));
+    exec(c, &sql.set, &[&queue, &key, &id, &until]).await?;
+    Ok(Sent {
+        id: id as u64,
+        duplicate: false,
+    })
+}
+
+/// A queue's limits from its row of `queue_limits` (none: the defaults).
+fn limits_of(row: Option<&Row>) -> Result<QueueLimits, Fail> {
+    let Some(row) = row else {
+        return Ok(QueueLimits::default());
+    };
+    let wide = |v: i64| u32::try_from(v).unwrap_or(u32::MAX);
+    let rate = match (
+        row.try_get::<_, Option<i64>>(2)?,
+        row.try_get::<_, Option<i64>>(3)?,
+        row.try_get::<_, Option<i64>>(4)?,
+    ) {
+        (Some(capacity), Some(refill), Some(interval)) => Some(RateLimit {
+            capacity: wide(capacity),
+            refill: wide(refill),
+            interval_ms: u64::try_from(interval).unwrap_or(1),
+        }),
+        _ => None,
+    };
+    Ok(QueueLimits {
+        group_concurrency: count(row.try_get(0)?).max(1),
+        max_in_flight: row.try_get::<_, Option<i32>>(1)?.map(count),
+        rate,
+        rate_per_group: rate.is_some() && row.try_get::<_, bool>(5)?,
+    })
+}
+
+/// What one claim may still take under the queue's limits, and the rate
+/// buckets it holds (rows locked by its transaction).
+struct Gate {
+    /// Messages the queue's cap and queue-wide rate still allow.
+    left: usize,
+    /// The group window.
+    window: i64,
+    rate: Option<RateLimit>,
+    per_group: bool,
+    /// The buckets held, each as of the claim's `now`, with the tokens
+    /// taken from it so far.
+    buckets: HashMap<Vec<u8>, (Bucket, usize)>,
+}
+
+impl Gate {
+    /// Whether a bucket's tokens bound each participant (a rate per group).
+    fn per_group(&self) -> bool {
+        self.per_group
+    }
+
+    /// Tokens participant `key` may still take (its bucket must be held).
+    fn room(&self, key: &[u8]) -> usize {
+        if !self.per_group {
+            return usize::MAX;
+        }
+        self.buckets.get(key).map_or(0, |(b, taken)| {
+            (b.tokens.max(0) as usize).saturating_sub(*taken)
+        })
+    }
+
+    /// Counts `n` messages claimed from participant `key`.
+    fn spend(&mut self, key: &[u8], n: usize) {
+        if n == 0 {
+            return;
+        }
+        self.left = self.left.saturating_sub(n);
+        if self.rate.is_some() {
+            let bucket = if self.per_group { key } else { LANE };
+            if let Some((_, taken)) = self.buckets.get_mut(bucket) {
+                *taken += n;
+            }
+        }
+    }
+}
+
+/// Hands the messages `due` of participant `key` that a claim statement
+/// took (found in `by_id`) to the claim, in that order, counting them
+/// against `gate` and noting `key` as served.
+fn deliver(
+    key: &[u8],
+    due: &[i64],
+    by_id: &mut HashMap<i64, Delivery>,
+    gate: &mut Gate,
+    out: &mut Vec<Delivery>,
+    served: &mut Vec<Vec<u8>>,
+) {
+    let mut n = 0;
+    for id in due {
+        if let Some(d) = by_id.remove(id) {
+            out.push(d);
+            n += 1;
+        }
+    }
+    if n > 0 {
+        if !served.iter().any(|s| s == key) {
+            served.push(key.to_vec());
+        }
+        gate.spend(key, n);
+    }
 }
 
 /// What a message's row says about its current delivery and retries.
@@ -426,6 +690,21 @@ impl PgQueue {
             next_visible: s.get(Q_NEXT_VISIBLE),
             purge: s.get(Q_PURGE),
             stats: s.get(Q_STATS),
+            unique: UniqueStatements::new(s),
+            unique_stale: s.get(Q_UNIQUE_STALE),
+            unique_drop: s.get(Q_UNIQUE_DROP),
+            limits: s.get(Q_LIMITS),
+            limits_hold: s.get(Q_LIMITS_HOLD),
+            limits_set: s.get(Q_LIMITS_SET),
+            limits_clear: s.get(Q_LIMITS_CLEAR),
+            in_flight: s.get(Q_IN_FLIGHT),
+            buckets_hold: s.get(Q_BUCKETS_HOLD),
+            buckets_save: s.get(Q_BUCKETS_SAVE),
+            buckets: s.get(Q_BUCKETS),
+            result_put: s.get(Q_RESULT_PUT),
+            result: s.get(Q_RESULT),
+            result_delete: s.get(Q_RESULT_DELETE),
+            results_sweep: s.get(Q_RESULTS_SWEEP),
         };
         PgQueue {
             sql,
@@ -618,10 +897,107 @@ impl PgQueue {
         Ok(step)
     }
 
-    /// The rounds of a claim that groups take part in, inside `tx`, with
-    /// each group's row locked while it is served. `out` holds what the
-    /// claim delivered so far, `served` who delivered it (the empty key:
-    /// the messages without a group), in the order they first did.
+    /// The limits a claim inside `tx` follows at `now` (database time): a
+    /// queue with a cap or a rate holds its `queue_limits` row, so that
+    /// its claims take turns, and counts what is in flight after the row
+    /// was granted; a queue-wide rate's bucket is held too.
+    async fn gate<C: GenericClient + Sync>(&self, tx: &C, now: i64) -> Result<Gate, Fail> {
+        let mut limits = limits_of(rows(tx, &self.sql.limits, &[&self.name]).await?.first())?;
+        if limits.max_in_flight.is_some() || limits.rate.is_some() {
+            limits = limits_of(
+                rows(tx, &self.sql.limits_hold, &[&self.name])
+                    .await?
+                    .first(),
+            )?;
+        }
+        let mut gate = Gate {
+            left: usize::MAX,
+            window: i64::from(limits.group_concurrency.max(1)),
+            rate: limits.rate,
+            per_group: limits.rate_per_group,
+            buckets: HashMap::new(),
+        };
+        if let Some(cap) = limits.max_in_flight {
+            let found = rows(tx, &self.sql.in_flight, &[&self.name, &now]).await?;
+            let busy = found
+                .first()
+                .map(|r| r.try_get::<_, i64>(0))
+                .transpose()?
+                .unwrap_or(0)
+                .max(0) as usize;
+            gate.left = (cap as usize).saturating_sub(busy);
+        }
+        if gate.rate.is_some() && !gate.per_group {
+            self.hold_buckets(tx, &mut gate, &[LANE.to_vec()], now)
+                .await?;
+            let tokens = gate.buckets.get(LANE).map_or(0, |(b, _)| b.tokens.max(0));
+            gate.left = gate.left.min(tokens as usize);
+        }
+        Ok(gate)
+    }
+
+    /// Holds the rate buckets `keys` not yet held by this claim (each at
+    /// `now`; a bucket without a row starts full).
+    async fn hold_buckets<C: GenericClient + Sync>(
+        &self,
+        tx: &C,
+        gate: &mut Gate,
+        keys: &[Vec<u8>],
+        now: i64,
+    ) -> Result<(), Fail> {
+        let Some(rate) = gate.rate else {
+            return Ok(());
+        };
+        let mut new: Vec<&[u8]> = keys
+            .iter()
+            .map(Vec::as_slice)
+            .filter(|k| !gate.buckets.contains_key(*k))
+            .collect();
+        new.sort();
+        new.dedup();
+        if new.is_empty() {
+            return Ok(());
+        }
+        let full = i64::from(rate.capacity);
+        for row in rows(tx, &self.sql.buckets_hold, &[&self.name, &new, &full, &now]).await? {
+            let key: Vec<u8> = row.try_get(0)?;
+            let b = Bucket {
+                tokens: row.try_get(1)?,
+                since: row.try_get(2)?,
+            };
+            gate.buckets.insert(key, (b.at(&rate, now), 0));
+        }
+        Ok(())
+    }
+
+    /// Writes back the buckets a claim held, less the tokens it took.
+    async fn save_buckets<C: GenericClient + Sync>(&self, tx: &C, gate: &Gate) -> Result<(), Fail> {
+        if gate.buckets.is_empty() {
+            return Ok(());
+        }
+        let mut keys: Vec<&[u8]> = Vec::new();
+        let mut tokens: Vec<i64> = Vec::new();
+        let mut since: Vec<i64> = Vec::new();
+        for (k, (b, taken)) in &gate.buckets {
+            keys.push(k);
+            tokens.push((b.tokens - *taken as i64).max(0));
+            since.push(b.since);
+        }
+        exec(
+            tx,
+            &self.sql.buckets_save,
+            &[&self.name, &keys, &tokens, &since],
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// The rounds of a claim that groups (or limits) take part in, inside
+    /// `tx`, with each group's row locked while it is served: of each
+    /// group, the due messages of its window, within what `gate` allows.
+    /// `out` holds what the claim delivered so far, `served` who delivered
+    /// it (the empty key: the messages without a group), in the order they
+    /// first did.
     #[allow(clippy::too_many_arguments)]
     async fn rounds<C: GenericClient + Sync>(
         &self,
@@ -631,53 +1007,99 @@ impl PgQueue {
         floor: i32,
         visible_until: i64,
         claim: Uuid,
+        gate: &mut Gate,
         out: &mut Vec<Delivery>,
         served: &mut Vec<Vec<u8>>,
     ) -> Result<(), Fail> {
-        while out.len() < max {
-            let remaining = max - out.len();
-            let limit = remaining as i64;
-            let heads = rows(tx, &self.sql.heads, &[&self.name, &now, &floor, &limit]).await?;
-            let mut before: Vec<(Vec<u8>, i64)> = Vec::new();
-            let mut after: Vec<(Vec<u8>, i64)> = Vec::new();
+        loop {
+            let remaining = max.saturating_sub(out.len()).min(gate.left);
+            if remaining == 0 {
+                break;
+            }
+            // With a rate per group, a group whose bucket is empty gives
+            // nothing: every group with due messages is looked at.
+            let limit = if gate.per_group() {
+                i64::MAX
+            } else {
+                remaining as i64
+            };
+            let heads = rows(
+                tx,
+                &self.sql.heads,
+                &[&self.name, &now, &floor, &limit, &gate.window],
+            )
+            .await?;
+            let mut before: Vec<(Vec<u8>, Vec<i64>)> = Vec::new();
+            let mut after: Vec<(Vec<u8>, Vec<i64>)> = Vec::new();
             for row in &heads {
                 let key: Vec<u8> = row.try_get(0)?;
                 let place: i64 = row.try_get(1)?;
-                let head: i64 = row.try_get(2)?;
+                let due: Vec<i64> = row.try_get(2)?;
                 let lane_place: i64 = row.try_get(3)?;
                 // The messages without a group come first among equals:
                 // they joined the round before every group.
                 if place < lane_place {
-                    before.push((key, head));
+                    before.push((key, due));
                 } else {
-                    after.push((key, head));
+                    after.push((key, due));
                 }
             }
             let before = self.lock_round(tx, before, usize::MAX).await?;
-            let quota = remaining - before.len();
-            let lane = if quota > 0 {
-                self.claim_lane(tx, quota, now, floor, visible_until, claim, false)
+            let mut keys: Vec<Vec<u8>> = before.iter().map(|(k, _)| k.clone()).collect();
+            keys.push(LANE.to_vec());
+            if gate.per_group() {
+                self.hold_buckets(tx, gate, &keys, now).await?;
+            }
+            let mut picked: Vec<(Vec<u8>, Vec<i64>)> = Vec::new();
+            let mut taken = 0;
+            for (key, due) in before {
+                let n = (remaining - taken).min(gate.room(&key)).min(due.len());
+                if n > 0 {
+                    taken += n;
+                    picked.push((key, due[..n].to_vec()));
+                }
+            }
+            let split = picked.len();
+            let quota = remaining - taken;
+            let lane_max = quota.min(gate.room(LANE));
+            let lane = if lane_max > 0 {
+                self.claim_lane(tx, lane_max, now, floor, visible_until, claim, false)
                     .await?
             } else {
                 Step::default()
             };
-            let left = quota - lane.gave();
+            let mut left = quota - lane.gave().min(quota);
             let after = if left > 0 {
-                self.lock_round(tx, after, left).await?
+                let most = if gate.per_group() { usize::MAX } else { left };
+                self.lock_round(tx, after, most).await?
             } else {
                 Vec::new()
             };
-            if before.is_empty() && after.is_empty() && lane.gave() == 0 {
+            if gate.per_group() {
+                let keys: Vec<Vec<u8>> = after.iter().map(|(k, _)| k.clone()).collect();
+                self.hold_buckets(tx, gate, &keys, now).await?;
+            }
+            for (key, due) in after {
+                let n = left.min(gate.room(&key)).min(due.len());
+                if n > 0 {
+                    left -= n;
+                    picked.push((key, due[..n].to_vec()));
+                }
+            }
+            if picked.is_empty() && lane.gave() == 0 {
                 break;
             }
-            let ids: Vec<i64> = before.iter().chain(&after).map(|(_, id)| *id).collect();
+            let ids: Vec<i64> = picked
+                .iter()
+                .flat_map(|(_, due)| due.iter().copied())
+                .collect();
             let heads = if ids.is_empty() {
                 Step::default()
             } else {
                 let found = rows(
                     tx,
                     &self.sql.claim_heads,
-                    &[&self.name, &now, &ids, &visible_until, &claim],
+                    &[&self.name, &now, &ids, &visible_until, &claim, &gate.window],
                 )
                 .await?;
                 self.step(found, claim)?
@@ -687,26 +1109,16 @@ impl PgQueue {
                 .into_iter()
                 .map(|(_, d)| (d.id as i64, d))
                 .collect();
-            let mut serve = |who: &[u8]| {
-                if !served.iter().any(|s| s == who) {
-                    served.push(who.to_vec());
-                }
-            };
-            for (key, id) in &before {
-                if let Some(d) = by_id.remove(id) {
-                    serve(key);
-                    out.push(d);
-                }
+            for (key, due) in &picked[..split] {
+                deliver(key, due, &mut by_id, gate, out, served);
             }
             if !lane.took.is_empty() {
-                serve(LANE);
-                out.extend(lane.took.into_iter().map(|(_, d)| d));
+                let lane_ids: Vec<i64> = lane.took.iter().map(|(_, d)| d.id as i64).collect();
+                by_id.extend(lane.took.into_iter().map(|(_, d)| (d.id as i64, d)));
+                deliver(LANE, &lane_ids, &mut by_id, gate, out, served);
             }
-            for (key, id) in &after {
-                if let Some(d) = by_id.remove(id) {
-                    serve(key);
-                    out.push(d);
-                }
+            for (key, due) in &picked[split..] {
+                deliver(key, due, &mut by_id, gate, out, served);
             }
             let unfit: Vec<(i64, String, Option<Uuid>)> = lane
                 .unfit
@@ -733,12 +1145,12 @@ impl PgQueue {
 
     /// Locks up to `max` of the groups of `picked` (in round order),
     /// passing over those another claimer holds; those locked, in order.
-    async fn lock_round<C: GenericClient + Sync>(
+    async fn lock_round<C: GenericClient + Sync, T>(
         &self,
         tx: &C,
-        picked: Vec<(Vec<u8>, i64)>,
+        picked: Vec<(Vec<u8>, T)>,
         max: usize,
-    ) -> Result<Vec<(Vec<u8>, i64)>, Fail> {
+    ) -> Result<Vec<(Vec<u8>, T)>, Fail> {
         if picked.is_empty() {
             return Ok(picked);
         }
@@ -811,9 +1223,9 @@ impl QueueEngine for PgQueue {
         let floor = floor.unwrap_or(i32::MIN);
         let max = max as usize;
         let claim = Uuid::new_v4();
-        // One statement while the queue has no group, which is all a queue
-        // without groups needs unless a due message must go to the dead
-        // letters.
+        // One statement while the queue has no group and no limits, which
+        // is all such a queue needs unless a due message must go to the
+        // dead letters.
         let first = self
             .inner
             .run(|c| {
@@ -846,8 +1258,10 @@ impl QueueEngine for PgQueue {
                         .collect();
                     self.bury(&*tx, &unfit, now).await?;
                     // On after the first statement when it was refused for
-                    // the groups, or when it buried some and has room left.
+                    // the groups or the limits, or when it buried some and
+                    // has room left.
                     if first.grouped || got.len() < max {
+                        let mut gate = self.gate(&*tx, now).await?;
                         self.rounds(
                             &*tx,
                             max,
@@ -855,10 +1269,12 @@ impl QueueEngine for PgQueue {
                             floor,
                             visible_until,
                             claim,
+                            &mut gate,
                             &mut got,
                             &mut served,
                         )
                         .await?;
+                        self.save_buckets(&*tx, &gate).await?;
                     }
                     self.serve(&*tx, &served).await?;
                     tx.commit().await?;
@@ -1134,7 +1550,8 @@ impl QueueEngine for PgQueue {
         let now = self.inner.clock.to_db(now);
         let (queue, sql) = (&self.name, &self.sql);
         let error = EXPIRED_ERROR.as_bytes();
-        self.inner
+        let moved = self
+            .inner
             .run(|c| {
                 Box::pin(async move {
                     let mut c = c;
@@ -1166,7 +1583,30 @@ impl QueueEngine for PgQueue {
                     Ok(moved.len() as u64)
                 })
             })
-            .await
+            .await?;
+        // Results whose time ran out, and unique keys that hold nothing any
+        // more (a bounded batch of each), apart from the groups' locks: a
+        // sender holds its key before its group.
+        self.inner
+            .run(|c| {
+                Box::pin(async move {
+                    let mut c = c;
+                    exec(&*c, &sql.results_sweep, &[queue, &now]).await?;
+                    let tx = c.transaction().await?;
+                    let stale: Vec<Vec<u8>> = rows(&*tx, &sql.unique_stale, &[queue, &now])
+                        .await?
+                        .iter()
+                        .map(|r| r.try_get(0))
+                        .collect::<Result<_, _>>()?;
+                    if !stale.is_empty() {
+                        exec(&*tx, &sql.unique_drop, &[queue, &now, &stale]).await?;
+                    }
+                    tx.commit().await?;
+                    Ok(())
+                })
+            })
+            .await?;
+        Ok(moved)
     }
 
     async fn dead_letters(&self, after: u64, max: u32, now: i64) -> AlkResult<Vec<JobInfo>> {
@@ -1304,6 +1744,253 @@ impl QueueEngine for PgQueue {
                         dead: n(4)?,
                         groups: n(5)?,
                         groups_in_flight: n(6)?,
+                    })
+                })
+            })
+            .await
+    }
+
+    async fn send_unique(
+        &self,
+        payload: &Payload,
+        stamp: &Stamp,
+        unique: &Unique,
+        now: i64,
+    ) -> AlkResult<Sent> {
+        let (queue, sql, clock) = (&self.name, &self.sql.unique, &*self.inner.clock);
+        self.inner
+            .run(|c| {
+                Box::pin(async move {
+                    let mut c = c;
+                    let tx = c.transaction().await?;
+                    let sent = send_unique_on(&*tx, sql, clock, queue, payload, stamp, unique, now)
+                        .await?;
+                    if sent.duplicate {
+                        tx.rollback().await?;
+                    } else {
+                        tx.commit().await?;
+                    }
+                    Ok(sent)
+                })
+            })
+            .await
+    }
+
+    async fn limits(&self) -> AlkResult<QueueLimits> {
+        let (queue, sql) = (&self.name, &self.sql.limits);
+        self.inner
+            .run(|c| Box::pin(async move { limits_of(rows(&*c, sql, &[queue]).await?.first()) }))
+            .await
+    }
+
+    async fn set_limits(&self, limits: &QueueLimits) -> AlkResult<()> {
+        let (queue, sql) = (&self.name, &self.sql);
+        if limits.is_default() {
+            return self
+                .inner
+                .run(|c| {
+                    Box::pin(async move {
+                        exec(&*c, &sql.limits_clear, &[queue]).await?;
+                        Ok(())
+                    })
+                })
+                .await;
+        }
+        let n = i32::try_from(limits.group_concurrency).unwrap_or(i32::MAX);
+        let cap: Option<i32> = limits
+            .max_in_flight
+            .map(|c| i32::try_from(c).unwrap_or(i32::MAX));
+        let capacity = limits.rate.map(|r| i64::from(r.capacity));
+        let refill = limits.rate.map(|r| i64::from(r.refill));
+        let interval = limits
+            .rate
+            .map(|r| i64::try_from(r.interval_ms).unwrap_or(i64::MAX));
+        let per_group = limits.rate.is_some() && limits.rate_per_group;
+        self.inner
+            .run(|c| {
+                Box::pin(async move {
+                    exec(
+                        &*c,
+                        &sql.limits_set,
+                        &[queue, &n, &cap, &capacity, &refill, &interval, &per_group],
+                    )
+                    .await?;
+                    Ok(())
+                })
+            })
+            .await
+    }
+
+    async fn try_take(&self, group: Option<&str>, n: u32, now: i64) -> AlkResult<Taken> {
+        let now = self.inner.clock.to_db(now);
+        let (queue, sql) = (&self.name, &self.sql);
+        self.inner
+            .run(|c| {
+                Box::pin(async move {
+                    let mut c = c;
+                    let tx = c.transaction().await?;
+                    let limits = limits_of(rows(&*tx, &sql.limits, &[queue]).await?.first())?;
+                    let Some(rate) = limits.rate else {
+                        return Err(Fail::Alk(AlkError::InvalidArgument(
+                            "the queue has no rate limit to take tokens from; set one with set-limits"
+                                .into(),
+                        )));
+                    };
+                    check_take(&rate, n).map_err(Fail::Alk)?;
+                    let key: &[u8] = match group {
+                        Some(g) if limits.rate_per_group => g.as_bytes(),
+                        _ => LANE,
+                    };
+                    let full = i64::from(rate.capacity);
+                    let keys = vec![key];
+                    let held = rows(&*tx, &sql.buckets_hold, &[queue, &keys, &full, &now]).await?;
+                    let row = held.first().ok_or_else(|| {
+                        Fail::Alk(AlkError::Internal("holding a bucket returned no row".into()))
+                    })?;
+                    let stored = Bucket {
+                        tokens: row.try_get(1)?,
+                        since: row.try_get(2)?,
+                    };
+                    let (taken, after) = stored.take(&rate, n, now);
+                    exec(
+                        &*tx,
+                        &sql.buckets_save,
+                        &[queue, &keys, &vec![after.tokens], &vec![after.since]],
+                    )
+                    .await?;
+                    tx.commit().await?;
+                    Ok(taken)
+                })
+            })
+            .await
+    }
+
+    async fn throttled_until(&self, now: i64) -> AlkResult<Option<i64>> {
+        let clock = &self.inner.clock;
+        let now_db = clock.to_db(now);
+        let (queue, sql) = (&self.name, &self.sql);
+        let at = self
+            .inner
+            .run(|c| {
+                Box::pin(async move {
+                    let limits = limits_of(rows(&*c, &sql.limits, &[queue]).await?.first())?;
+                    let Some(rate) = limits.rate else {
+                        return Ok(None);
+                    };
+                    let per_group = limits.rate_per_group;
+                    let mut earliest: Option<i64> = None;
+                    for row in rows(&*c, &sql.buckets, &[queue, &per_group]).await? {
+                        let b = Bucket {
+                            tokens: row.try_get(1)?,
+                            since: row.try_get(2)?,
+                        }
+                        .at(&rate, now_db);
+                        if b.tokens <= 0 {
+                            let wait =
+                                i64::try_from(b.wait_ms(&rate, 1, now_db)).unwrap_or(i64::MAX);
+                            let t = now_db.saturating_add(wait);
+                            earliest = Some(earliest.map_or(t, |e| e.min(t)));
+                        }
+                    }
+                    Ok(earliest)
+                })
+            })
+            .await?;
+        Ok(at.map(|t| clock.to_host(t)))
+    }
+
+    async fn complete(
+        &self,
+        receipt: &Receipt,
+        result: &Payload,
+        expires_at: i64,
+        now: i64,
+    ) -> AlkResult<Settled> {
+        let (id, uuid) = (receipt.id as i64, receipt.claim);
+        let clock = &self.inner.clock;
+        let (completed_at, expires_at) = (clock.to_db(now), clock.to_db(expires_at));
+        let (kind, text) = result.parts();
+        let (queue, sql) = (&self.name, &self.sql);
+        self.inner
+            .run(|c| {
+                Box::pin(async move {
+                    let mut c = c;
+                    let found = match self.lookup(&*c, id).await? {
+                        None => return Ok(Settled::Gone),
+                        Some(f) if f.receipt != Some(uuid) => return Ok(Settled::Stale),
+                        Some(f) => f,
+                    };
+                    let tx = c.transaction().await?;
+                    let keys: Vec<Vec<u8>> = found.group.into_iter().collect();
+                    self.lock_groups(&*tx, &keys).await?;
+                    let acked = rows(
+                        &*tx,
+                        &sql.ack_batch,
+                        &[queue, &vec![id], &vec![uuid], &true],
+                    )
+                    .await?
+                    .len()
+                        == 1;
+                    if !acked {
+                        tx.rollback().await?;
+                        return self.missed(&*c, id).await;
+                    }
+                    exec(
+                        &*tx,
+                        &sql.result_put,
+                        &[
+                            queue,
+                            &id,
+                            &kind,
+                            &text.as_bytes(),
+                            &completed_at,
+                            &expires_at,
+                        ],
+                    )
+                    .await?;
+                    self.drop_empty(&*tx, &keys).await?;
+                    tx.commit().await?;
+                    Ok(Settled::Done)
+                })
+            })
+            .await
+    }
+
+    async fn result(&self, id: u64, now: i64) -> AlkResult<Option<JobResult>> {
+        let id = id as i64;
+        let clock = &self.inner.clock;
+        let now_db = clock.to_db(now);
+        let (queue, sql) = (&self.name, &self.sql.result);
+        self.inner
+            .run(|c| {
+                Box::pin(async move {
+                    let found = rows(&*c, sql, &[queue, &id, &now_db]).await?;
+                    let Some(row) = found.first() else {
+                        return Ok(None);
+                    };
+                    let kind: &str = row.try_get(0)?;
+                    Ok(Some(JobResult {
+                        id: id as u64,
+                        payload: payload_of(queue, id, kind, row.try_get(1)?)?,
+                        completed_at: clock.to_host(row.try_get(2)?),
+                        expires_at: clock.to_host(row.try_get(3)?),
+                    }))
+                })
+            })
+            .await
+    }
+
+    async fn delete_result(&self, id: u64, now: i64) -> AlkResult<bool> {
+        let id = id as i64;
+        let now = self.inner.clock.to_db(now);
+        let (queue, sql) = (&self.name, &self.sql.result_delete);
+        self.inner
+            .run(|c| {
+                Box::pin(async move {
+                    let found = rows(&*c, sql, &[queue, &id, &now]).await?;
+                    Ok(match found.first() {
+                        Some(row) => row.try_get::<_, bool>(0)?,
+                        None => false,
                     })
                 })
             })

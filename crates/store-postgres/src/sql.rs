@@ -1,5 +1,5 @@
-//! `alk-postgres.v3`: the schema and every statement of the database
-//! engine, pinned by `docs/formats/alk-postgres.v3.md` (a test checks that
+//! `alk-postgres.v4`: the schema and every statement of the database
+//! engine, pinned by `docs/formats/alk-postgres.v4.md` (a test checks that
 //! the document carries the same text).
 //!
 //! The schema's DDL (one migration per version), its marker and the rules
@@ -15,24 +15,29 @@
 //! ([`Sql::for_schema`]). Schema names are checked to be plain lower-case
 //! identifiers, so nothing is quoted.
 
+pub use crate::catalog::{C_BUCKETS, C_QUEUES};
 pub use crate::clock::DB_NOW;
 pub use crate::kv::{
     KV_DELETE, KV_DELETE_EXPIRED, KV_DELETE_EXPIRED_MANY, KV_DELETE_MANY, KV_GET, KV_GET_MANY,
     KV_KEYS_FROM, KV_KEYS_RANGE, KV_PUT, KV_PUT_IF_ABSENT, KV_SCAN_FROM, KV_SCAN_RANGE, KV_SWAP,
 };
-pub use crate::lock::{L_ACQUIRE, L_HOLDER, L_HOLDERS, L_RELEASE, L_RENEW};
+pub use crate::lock::{
+    L_ACQUIRE, L_HOLDER, L_HOLDERS, L_RELEASE, L_RENEW, L_TOKENS_HOLD, L_TOKENS_SAVE,
+};
 pub use crate::migrate::{MIGRATE_LOCK, READ_META, SCHEMA_EXISTS, SCHEMA_RELATIONS, SET_VERSION};
 pub use crate::queue::{
-    Q_ACK_BATCH, Q_BURY, Q_CANCEL, Q_CANCEL_DEAD, Q_CLAIM_HEADS, Q_CLAIM_LANE, Q_DEAD_LOOKUP,
-    Q_DEAD_PAGE, Q_EXISTING, Q_JOBS_PAGE, Q_EXPIRED_GROUPS, Q_GROUP_DROP, Q_GROUP_LOCK, Q_HEADS, Q_HEARTBEAT,
-    Q_JOB, Q_JOIN, Q_LOCK_ROUND, Q_LOOKUP, Q_NACK, Q_NEXT_VISIBLE, Q_PURGE, Q_PURGE_DEAD,
-    Q_PURGE_GROUPS, Q_REDRIVE, Q_RETRY, Q_SEND, Q_SERVE, Q_STATS, Q_SWEEP,
+    Q_ACK_BATCH, Q_BUCKETS, Q_BUCKETS_HOLD, Q_BUCKETS_SAVE, Q_BURY, Q_CANCEL, Q_CANCEL_DEAD,
+    Q_CLAIM_HEADS, Q_CLAIM_LANE, Q_DEAD_LOOKUP, Q_DEAD_PAGE, Q_EXISTING, Q_EXPIRED_GROUPS,
+    Q_GROUP_DROP, Q_GROUP_LOCK, Q_HEADS, Q_HEARTBEAT, Q_IN_FLIGHT, Q_JOB, Q_JOBS_PAGE, Q_JOIN,
+    Q_LIMITS, Q_LIMITS_CLEAR, Q_LIMITS_HOLD, Q_LIMITS_SET, Q_LOCK_ROUND, Q_LOOKUP, Q_NACK,
+    Q_NEXT_VISIBLE, Q_PURGE, Q_PURGE_DEAD, Q_PURGE_GROUPS, Q_REDRIVE, Q_RESULT, Q_RESULT_DELETE,
+    Q_RESULT_PUT, Q_RESULTS_SWEEP, Q_RETRY, Q_SEND, Q_SERVE, Q_STATS, Q_SWEEP, Q_UNIQUE_DROP,
+    Q_UNIQUE_HOLD, Q_UNIQUE_SET, Q_UNIQUE_STALE,
 };
 pub use crate::schedule::{SC_FIRE, SC_GET, SC_LIST, SC_PUT, SC_REMOVE};
 pub use crate::stream::{
     S_CONSUMERS, S_GET_OFFSET, S_INFO, S_LAST, S_NAMES, S_PUBLISH, S_READ, S_SAVE, S_TRIM,
 };
-pub use crate::catalog::{C_BUCKETS, C_QUEUES};
 pub use crate::tx::S_TX_LOCK;
 pub use crate::wake::NOTIFY;
 
@@ -41,10 +46,10 @@ pub const FORMAT: &str = "alk-postgres";
 
 /// The newest schema version this engine knows (the `version` row of
 /// `meta`). A schema at a higher version is refused untouched.
-pub const VERSION: i64 = 3;
+pub const VERSION: i64 = 4;
 
 /// The format and version, as reported in errors.
-pub const SUPPORTED: &str = "alk-postgres.v3";
+pub const SUPPORTED: &str = "alk-postgres.v4";
 
 /// Version 1: every table, then the marker.
 pub const V1: &str = r#"CREATE TABLE alk.meta (
@@ -170,9 +175,56 @@ pub const V3: &str = r#"CREATE TABLE alk.schedules (
 );
 "#;
 
+/// Version 4, from version 3: the limits of a queue (no row: the
+/// defaults), the token buckets its claims take from, the unique keys of
+/// its messages, the results of completed messages, and the free-standing
+/// token buckets kept with the locks. Nothing else changes; a queue
+/// without a row in `queue_limits` is claimed as before.
+pub const V4: &str = r#"CREATE TABLE alk.queue_limits (
+    queue             text COLLATE "C" PRIMARY KEY,
+    group_concurrency integer NOT NULL CHECK (group_concurrency >= 1),
+    max_in_flight     integer CHECK (max_in_flight >= 1),
+    rate_capacity     bigint CHECK (rate_capacity >= 1),
+    rate_refill       bigint CHECK (rate_refill >= 1),
+    rate_interval_ms  bigint CHECK (rate_interval_ms >= 1),
+    rate_per_group    boolean NOT NULL,
+    CHECK ((rate_capacity IS NULL) = (rate_refill IS NULL) AND (rate_refill IS NULL) = (rate_interval_ms IS NULL)),
+    CHECK (rate_capacity IS NOT NULL OR NOT rate_per_group)
+);
+CREATE TABLE alk.rate_buckets (
+    queue  text COLLATE "C" NOT NULL,
+    bucket bytea NOT NULL,
+    tokens bigint NOT NULL,
+    since  bigint NOT NULL,
+    PRIMARY KEY (queue, bucket)
+);
+CREATE TABLE alk.unique_keys (
+    queue      text COLLATE "C" NOT NULL,
+    key        bytea NOT NULL,
+    id         bigint NOT NULL,
+    held_until bigint,
+    PRIMARY KEY (queue, key)
+);
+CREATE TABLE alk.results (
+    queue        text COLLATE "C" NOT NULL,
+    id           bigint NOT NULL,
+    payload_type text NOT NULL CHECK (payload_type IN ('json', 'text')),
+    payload_data bytea NOT NULL,
+    completed_at bigint NOT NULL,
+    expires_at   bigint NOT NULL,
+    PRIMARY KEY (queue, id)
+);
+CREATE INDEX results_expiry ON alk.results (queue, expires_at);
+CREATE TABLE alk.limiters (
+    name   text COLLATE "C" PRIMARY KEY,
+    tokens bigint NOT NULL,
+    since  bigint NOT NULL
+);
+"#;
+
 /// The migrations, in order: entry `i` brings a schema from version `i` to
 /// version `i + 1` (entry 0 creates version 1 in an empty schema).
-pub const MIGRATIONS: &[&str] = &[V1, V2, V3];
+pub const MIGRATIONS: &[&str] = &[V1, V2, V3, V4];
 
 /// Every statement, by name (the document lists each).
 pub const STATEMENTS: &[(&str, &str)] = &[
@@ -225,6 +277,22 @@ pub const STATEMENTS: &[(&str, &str)] = &[
     ("Q_NEXT_VISIBLE", Q_NEXT_VISIBLE),
     ("Q_STATS", Q_STATS),
     ("Q_PURGE", Q_PURGE),
+    ("Q_UNIQUE_HOLD", Q_UNIQUE_HOLD),
+    ("Q_UNIQUE_SET", Q_UNIQUE_SET),
+    ("Q_UNIQUE_STALE", Q_UNIQUE_STALE),
+    ("Q_UNIQUE_DROP", Q_UNIQUE_DROP),
+    ("Q_LIMITS", Q_LIMITS),
+    ("Q_LIMITS_HOLD", Q_LIMITS_HOLD),
+    ("Q_LIMITS_SET", Q_LIMITS_SET),
+    ("Q_LIMITS_CLEAR", Q_LIMITS_CLEAR),
+    ("Q_IN_FLIGHT", Q_IN_FLIGHT),
+    ("Q_BUCKETS_HOLD", Q_BUCKETS_HOLD),
+    ("Q_BUCKETS_SAVE", Q_BUCKETS_SAVE),
+    ("Q_BUCKETS", Q_BUCKETS),
+    ("Q_RESULT_PUT", Q_RESULT_PUT),
+    ("Q_RESULT", Q_RESULT),
+    ("Q_RESULT_DELETE", Q_RESULT_DELETE),
+    ("Q_RESULTS_SWEEP", Q_RESULTS_SWEEP),
     ("S_PUBLISH", S_PUBLISH),
     ("S_READ", S_READ),
     ("S_LAST", S_LAST),
@@ -242,6 +310,8 @@ pub const STATEMENTS: &[(&str, &str)] = &[
     ("L_RELEASE", L_RELEASE),
     ("L_HOLDER", L_HOLDER),
     ("L_HOLDERS", L_HOLDERS),
+    ("L_TOKENS_HOLD", L_TOKENS_HOLD),
+    ("L_TOKENS_SAVE", L_TOKENS_SAVE),
     ("SC_PUT", SC_PUT),
     ("SC_REMOVE", SC_REMOVE),
     ("SC_GET", SC_GET),
@@ -417,7 +487,7 @@ impl Sql {
 mod tests {
     use super::*;
 
-    const DOC: &str = include_str!("../../../docs/formats/alk-postgres.v3.md");
+    const DOC: &str = include_str!("../../../docs/formats/alk-postgres.v4.md");
 
     fn squash(s: &str) -> String {
         s.split_whitespace().collect::<Vec<_>>().join(" ")
@@ -434,6 +504,10 @@ mod tests {
         assert!(
             doc.contains(&squash(V3)),
             "the document lacks the v3 migration"
+        );
+        assert!(
+            doc.contains(&squash(V4)),
+            "the document lacks the v4 migration"
         );
         for (name, sql) in STATEMENTS {
             assert!(

@@ -65,6 +65,8 @@ pub(crate) struct Statements {
     names: String,
     /// The queue store's send, for sends inside a transaction.
     pub(crate) send: String,
+    /// The queue store's send with a unique key, likewise.
+    pub(crate) unique: crate::queue::UniqueStatements,
 }
 
 /// The streams of a schema.
@@ -87,6 +89,7 @@ impl PgStreams {
             consumers: s.get(S_CONSUMERS),
             names: s.get(S_NAMES),
             send: s.get(Q_SEND),
+            unique: crate::queue::UniqueStatements::new(s),
         });
         PgStreams { inner, sql }
     }

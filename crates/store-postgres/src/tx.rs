@@ -1,17 +1,17 @@
 //! Stream transactions: one pooled connection each, which also carries
-//! sends to queues (by the queue store's own send statement, so the jobs
+//! sends to queues (by the queue store's own send statements, so the jobs
 //! commit or roll back with the events and offsets).
 
 use std::sync::Arc;
 
-use alk_store::jobs::Stamp;
+use alk_store::jobs::{Stamp, Unique};
 use alk_store::queue::Payload;
 use alk_store::tx::{TxEngine, TxFailure};
 use alk_store::{AlkError, AlkResult};
 use async_trait::async_trait;
 
 use crate::conn::{Conn, Fail, Inner, commit_outcome_unknown, describe_pg, unknown_commit_text};
-use crate::queue::send_on;
+use crate::queue::{send_on, send_unique_on};
 use crate::stream::{Statements, publish_on, save_on};
 
 // The statements of this module (each listed by name in
@@ -133,6 +133,43 @@ impl TxEngine for PgTx {
             let conn = self.conn()?;
             let clock = &*self.inner.clock;
             send_on(conn, &self.sql.send, clock, queue, payloads, stamp, now).await
+        };
+        match result {
+            Ok(_) => Ok(()),
+            Err(Fail::Pg(e) | Fail::CommitUnknown(e)) => Err(self.failed(e)),
+            Err(Fail::Alk(e)) => {
+                self.abandon();
+                Err(TxFailure::Failed(e))
+            }
+        }
+    }
+
+    async fn enqueue_unique(
+        &mut self,
+        queue: &str,
+        payload: &Payload,
+        stamp: &Stamp,
+        unique: &Unique,
+        now: i64,
+    ) -> Result<(), TxFailure> {
+        // As `enqueue`, by the statements of the queue store's own
+        // `send_unique`: the key's row stays held until the end of the
+        // transaction, so senders of the key in other transactions wait
+        // for it and then see its message.
+        let result = {
+            let conn = self.conn()?;
+            let clock = &*self.inner.clock;
+            send_unique_on(
+                conn,
+                &self.sql.unique,
+                clock,
+                queue,
+                payload,
+                stamp,
+                unique,
+                now,
+            )
+            .await
         };
         match result {
             Ok(_) => Ok(()),

@@ -263,9 +263,9 @@ impl KvStore {
         }
         let store = Store::unopened(&path, &NEW_V2, options.into());
         let upgraded = store
-            .migrate_exclusive(&FORMAT, &FORMAT_V2, MIGRATE)
+            .migrate_exclusive(&[(&FORMAT, MIGRATE)], &FORMAT_V2)
             .await?;
-        Ok(if upgraded {
+        Ok(if upgraded.is_some() {
             Migrated::Upgraded
         } else {
             Migrated::AlreadyV2

@@ -5,13 +5,14 @@
 //! processes share them safely:
 //!
 //! - `kv/<bucket>/localkv.sqlite` — [`kv`], format `localkv.v1`;
-//! - `queue/<name>/localqueue.sqlite` — [`queue`], format `localqueue.v2`
-//!   (or `localqueue.v1`);
-//! - `stream/localstream.sqlite` — [`stream`], format `localstream.v2`:
+//! - `queue/<name>/localqueue.sqlite` — [`queue`], format `localqueue.v3`
+//!   (or `localqueue.v1`, `localqueue.v2`);
+//! - `stream/localstream.sqlite` — [`stream`], format `localstream.v3`:
 //!   streams and offsets, and in the same file transactions (the `tx`
 //!   module), their sends to queues until they are relayed ([`relay`]),
 //!   and [`schedule`]s;
-//! - `lock/locallock.sqlite` — [`lock`], format `locallock.v1`;
+//! - `lock/locallock.sqlite` — [`lock`], format `locallock.v2`: locks and
+//!   named token buckets;
 //! - `wake/` — the files that carry wakes between processes ([`wake`]).
 //!
 //! Each format is pinned by its document in `docs/formats/`: a test checks
@@ -81,10 +82,12 @@ pub async fn migrate_kv(data_dir: &Path, name: &str) -> AlkResult<kv::Migrated> 
     kv::KvStore::migrate(data_dir, name, RetryPolicy::default()).await
 }
 
-/// Moves queue `name` under `data_dir` from `localqueue.v1` to
-/// `localqueue.v2` (ids, attempts, receipts and due times kept), in one
-/// transaction. Refused with `busy` while any process — this one included —
-/// has the queue open: run it before the host uses the queue.
+/// Moves queue `name` under `data_dir` from `localqueue.v1` or
+/// `localqueue.v2` to `localqueue.v3` (ids, attempts, receipts, due times,
+/// groups and dead letters kept), in one transaction; what it did names
+/// the format the file had. Refused with `busy` while any process — this
+/// one included — has the queue open: run it before the host uses the
+/// queue.
 pub async fn migrate_queue(data_dir: &Path, name: &str) -> AlkResult<queue::Migrated> {
     alk_store::names::check_name("queue", name)?;
     queue::QueueStore::migrate(data_dir, name, RetryPolicy::default()).await

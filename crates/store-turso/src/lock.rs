@@ -1,24 +1,28 @@
-//! `locallock.v1`: named locks with a TTL and fencing tokens, and the only
-//! implementation of that format.
+//! `locallock.v2`: named locks with a TTL and fencing tokens, and named
+//! token buckets; the only implementation of that format (and of
+//! `locallock.v1`, which it upgrades on open).
 //!
-//! One file holds every lock of a data directory:
+//! One file holds every lock and bucket of a data directory:
 //! `<data-dir>/lock/locallock.sqlite`. The schema and every statement are
-//! defined here, once, and pinned by `docs/formats/locallock.v1.md`.
+//! defined here, once, and pinned by `docs/formats/locallock.v1.md` and
+//! `docs/formats/locallock.v2.md`.
 
 use std::path::{Path, PathBuf};
 
 use alk_store::lock::{Acquired, Holder, LockEngine};
+use alk_store::rate::{Bucket, RateLimit, Taken};
 use alk_store::{AlkError, AlkResult};
 use async_trait::async_trait;
 use turso::{Connection, Value};
 
-use crate::format::Format;
+use crate::format::{Format, Upgrade};
 use crate::options::StoreOptions;
 use crate::retry::{Failure, exec, query};
 use crate::store::{Store, open_store};
 
-/// The DDL of `locallock.v1`, run (idempotently) on every open.
-pub const DDL: &str = "\
+macro_rules! v1_ddl {
+    () => {
+        "\
 CREATE TABLE IF NOT EXISTS meta (
     key   TEXT PRIMARY KEY,
     value TEXT NOT NULL
@@ -31,14 +35,51 @@ CREATE TABLE IF NOT EXISTS locks (
     acquired_at INTEGER NOT NULL, -- unix epoch MILLISECONDS of the latest acquisition
     expires_at  INTEGER           -- unix epoch MILLISECONDS; NULL once released
 );
-";
+"
+    };
+}
 
-/// The `locallock.v1` format.
-pub static FORMAT: Format = Format {
+macro_rules! upgrade {
+    () => {
+        "\
+CREATE TABLE IF NOT EXISTS rate_buckets (
+    name   TEXT PRIMARY KEY,
+    tokens INTEGER NOT NULL,  -- tokens held at since
+    since  INTEGER NOT NULL   -- unix epoch MILLISECONDS; start of the interval now running
+);
+UPDATE meta SET value = 'locallock.v2' WHERE key = 'format';
+"
+    };
+}
+
+/// The DDL of `locallock.v1`.
+pub const DDL: &str = v1_ddl!();
+
+/// What turns a `locallock.v1` file into a `locallock.v2` one, in one
+/// `BEGIN IMMEDIATE` transaction.
+pub const UPGRADE: &str = upgrade!();
+
+/// The DDL of a new `locallock.v2` file: [`DDL`], then [`UPGRADE`].
+pub const DDL_V2: &str = concat!(v1_ddl!(), upgrade!());
+
+/// The `locallock.v1` format (files of it are upgraded when opened).
+pub static FORMAT_V1: Format = Format {
     marker: "locallock.v1",
     ddl: DDL,
     also: &[],
     upgrades: &[],
+};
+
+/// The `locallock.v2` format, which the store opens; a `locallock.v1` file
+/// is upgraded to it in place.
+pub static FORMAT: Format = Format {
+    marker: "locallock.v2",
+    ddl: DDL_V2,
+    also: &[],
+    upgrades: &[Upgrade {
+        from: &FORMAT_V1,
+        script: UPGRADE,
+    }],
 };
 
 /// Acquires a lock that is new, released or expired, in one statement; a
@@ -60,6 +101,12 @@ WHERE name = ?1 AND owner IS NOT NULL AND expires_at > ?2";
 /// first page: names are never empty), from the primary key.
 pub const HOLDERS: &str = "SELECT name, owner, expires_at, token FROM locks \
 WHERE name > ?1 AND owner IS NOT NULL AND expires_at > ?2 ORDER BY name LIMIT ?3";
+
+/// A named bucket's state (`locallock.v2`).
+pub const TOKENS: &str = "SELECT tokens, since FROM rate_buckets WHERE name = ?1";
+/// Writes a named bucket's state.
+pub const SET_TOKENS: &str = "INSERT INTO rate_buckets (name, tokens, since) VALUES (?1, ?2, ?3) \
+ON CONFLICT (name) DO UPDATE SET tokens = excluded.tokens, since = excluded.since";
 
 /// The lock store of a data directory.
 #[derive(Debug, Clone)]
@@ -169,6 +216,36 @@ impl LockEngine for LockStore {
             .await
     }
 
+    async fn take_tokens(
+        &self,
+        name: &str,
+        rate: &RateLimit,
+        n: u32,
+        now: i64,
+    ) -> AlkResult<Taken> {
+        self.store
+            .run_immediate(|conn: Connection| {
+                Box::pin(async move {
+                    let mut rows = query(&conn, TOKENS, (name,)).await?;
+                    let mut found = None;
+                    while let Some(row) = rows.next().await? {
+                        found = Some(Bucket {
+                            tokens: row.get::<i64>(0)?,
+                            since: row.get::<i64>(1)?,
+                        });
+                    }
+                    drop(rows);
+                    let bucket = found.unwrap_or_else(|| Bucket::full(rate, now));
+                    let (taken, after) = bucket.take(rate, n, now);
+                    if let Taken::Granted(_) = taken {
+                        exec(&conn, SET_TOKENS, (name, after.tokens, after.since)).await?;
+                    }
+                    Ok(taken)
+                })
+            })
+            .await
+    }
+
     async fn holder(&self, name: &str, now: i64) -> AlkResult<Option<Holder>> {
         let path = self.store.path();
         self.store
@@ -233,5 +310,80 @@ mod tests {
                 ("HOLDERS", HOLDERS),
             ],
         );
+    }
+
+    const DOC_V2: &str = include_str!("../../../docs/formats/locallock.v2.md");
+
+    #[test]
+    fn the_v2_document_pins_the_ddl_and_every_statement() {
+        crate::assert_document_pins(
+            "locallock.v2.md",
+            DOC_V2,
+            &[
+                ("DDL_V2", DDL_V2),
+                ("UPGRADE", UPGRADE),
+                ("TOKENS", TOKENS),
+                ("SET_TOKENS", SET_TOKENS),
+            ],
+        );
+        assert_eq!(DDL_V2, format!("{DDL}{UPGRADE}"));
+    }
+
+    #[tokio::test]
+    async fn a_v1_lock_file_is_upgraded_on_open_keeping_its_locks() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let v1 = open_store(
+                &lock_path(dir.path()),
+                &FORMAT_V1,
+                crate::RetryPolicy::default(),
+            )
+            .await
+            .unwrap();
+            let l = LockStore { store: v1 };
+            assert_eq!(l.acquire("a", "me", 0, 1_000).await.unwrap(), Some(1));
+            l.store.close_for_test();
+        }
+        let l = LockStore::open(dir.path(), crate::RetryPolicy::default())
+            .await
+            .unwrap();
+        let marker =
+            crate::stream::tests::sql_rows(&l.store, "SELECT value FROM meta WHERE key = 'format'")
+                .await;
+        assert_eq!(marker, ["Text(\"locallock.v2\")"]);
+        assert_eq!(l.holder("a", 10).await.unwrap().unwrap().token, 1);
+        let rate = RateLimit {
+            capacity: 2,
+            refill: 1,
+            interval_ms: 100,
+        };
+        assert_eq!(
+            l.take_tokens("b", &rate, 2, 0).await.unwrap(),
+            Taken::Granted(0)
+        );
+        assert_eq!(
+            l.take_tokens("b", &rate, 1, 50).await.unwrap(),
+            Taken::WaitMs(50)
+        );
+        assert_eq!(
+            l.take_tokens("b", &rate, 1, 100).await.unwrap(),
+            Taken::Granted(0)
+        );
+        // Another bucket is its own, and starts full.
+        assert_eq!(
+            l.take_tokens("c", &rate, 1, 100).await.unwrap(),
+            Taken::Granted(1)
+        );
+        // A host that knows only v1 refuses the file.
+        l.store.close_for_test();
+        assert!(matches!(
+            open_store(
+                &lock_path(dir.path()),
+                &FORMAT_V1,
+                crate::RetryPolicy::default()
+            )
+            .await,
+            Err(AlkError::StoreSetup { .. })
+        ));
     }
 }

@@ -20,12 +20,13 @@ pub enum Durability {
 }
 
 /// The format of the queue files a host creates. Existing files keep
-/// theirs whatever this says.
+/// theirs whatever this says (`localqueue.v2` files included).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum NewQueues {
-    /// `localqueue.v2`: every job option.
+    /// `localqueue.v3`: every job option, and the queue limits, unique
+    /// sends and results.
     #[default]
-    V2,
+    V3,
     /// `localqueue.v1`, for a data directory shared with a program that
     /// reads only v1 files: plain messages only.
     V1,

@@ -1,24 +1,29 @@
-//! `localqueue.v1` and `localqueue.v2`: the queue store formats and their
-//! only implementation.
+//! `localqueue.v1`, `localqueue.v2` and `localqueue.v3`: the queue store
+//! formats and their only implementation.
 //!
 //! The schemas and every statement are defined here, once (but the two
 //! statements of the relay marks, which are with the rest of the relay in
-//! [`crate::relay`]), and pinned by `docs/formats/localqueue.v1.md` and
-//! `docs/formats/localqueue.v2.md`; tests check that the documents carry
-//! the same DDL and statements.
+//! [`crate::relay`]), and pinned by `docs/formats/localqueue.v1.md`,
+//! `docs/formats/localqueue.v2.md` and `docs/formats/localqueue.v3.md`;
+//! tests check that the documents carry the same DDL and statements.
 //!
-//! `localqueue.v2` is `localqueue.v1` plus [`UPGRADE`]: a new v2 file is
-//! made by running both, a v1 file is moved to v2 by running the upgrade
-//! alone ([`QueueStore::migrate`]), so both have the same schema. A v1 file
-//! is used as it is (another program reads and writes v1 files) and is
-//! only ever upgraded on request.
+//! `localqueue.v2` is `localqueue.v1` plus [`UPGRADE`], and
+//! `localqueue.v3` is `localqueue.v2` plus [`UPGRADE_V3`]: a new v3 file is
+//! made by running all three, an older file is moved to v3 by running the
+//! upgrades it lacks ([`QueueStore::migrate`]), so all have the same
+//! schema. A v1 or v2 file is used as it is (another program reads and
+//! writes v1 files) and is only ever upgraded on request.
 
 use std::path::{Path, PathBuf};
 
+use std::collections::HashMap;
+
 use alk_store::jobs::{
-    Beat, EXPIRED_ERROR, JobInfo, JobState, Retried, RetryDelay, Stamp, lapsed_error,
+    Beat, EXPIRED_ERROR, JobInfo, JobResult, JobState, QueueLimits, Retried, RetryDelay, Sent,
+    Stamp, UNGROUPED_BUCKET, Unique, lapsed_error,
 };
 use alk_store::queue::{AckedBatch, Delivery, Payload, QueueEngine, QueueStats, Receipt, Settled};
+use alk_store::rate::{Bucket, RateLimit, Taken, check_take};
 use alk_store::{AlkError, AlkResult};
 use async_trait::async_trait;
 use turso::{Connection, Value};
@@ -94,6 +99,44 @@ UPDATE meta SET value = 'localqueue.v2' WHERE key = 'format';
     };
 }
 
+macro_rules! upgrade_v3 {
+    () => {
+        "\
+CREATE TABLE IF NOT EXISTS queue_limits (
+    id                INTEGER PRIMARY KEY,         -- always 1: the queue's one row
+    group_concurrency INTEGER NOT NULL DEFAULT 1,  -- messages of one group in flight at once
+    max_in_flight     INTEGER,                     -- messages of the queue in flight at once; NULL: no cap
+    rate_capacity     INTEGER,                     -- tokens of a full bucket; NULL: no rate
+    rate_refill       INTEGER,                     -- tokens added at the end of every interval
+    rate_interval_ms  INTEGER,                     -- the interval, MILLISECONDS
+    rate_per_group    INTEGER NOT NULL DEFAULT 0   -- 1: a bucket per group ('' the messages without one)
+);
+CREATE TABLE IF NOT EXISTS rate_buckets (
+    bucket TEXT PRIMARY KEY,   -- '': the queue's bucket, or the messages without a group's; else a group key
+    tokens INTEGER NOT NULL,   -- tokens held at since
+    since  INTEGER NOT NULL    -- unix epoch MILLISECONDS; start of the interval now running
+);
+CREATE INDEX IF NOT EXISTS idx_rate_buckets_empty ON rate_buckets (since) WHERE tokens = 0;
+CREATE TABLE IF NOT EXISTS unique_keys (
+    key   TEXT PRIMARY KEY,
+    id    INTEGER NOT NULL,    -- the message that took the key
+    until INTEGER              -- unix epoch MILLISECONDS; NULL: while the message is in messages
+);
+CREATE INDEX IF NOT EXISTS idx_unique_until ON unique_keys (until) WHERE until IS NOT NULL;
+CREATE INDEX IF NOT EXISTS idx_unique_live ON unique_keys (id) WHERE until IS NULL;
+CREATE TABLE IF NOT EXISTS results (
+    id           INTEGER PRIMARY KEY,  -- the completed message's id
+    payload_type TEXT NOT NULL,        -- \"json\" | \"text\"
+    payload_data TEXT NOT NULL,
+    completed_at INTEGER NOT NULL,     -- unix epoch MILLISECONDS
+    expires_at   INTEGER NOT NULL      -- unix epoch MILLISECONDS; gone when <= now
+);
+CREATE INDEX IF NOT EXISTS idx_results_expiry ON results (expires_at);
+UPDATE meta SET value = 'localqueue.v3' WHERE key = 'format';
+"
+    };
+}
+
 /// The DDL of `localqueue.v1`.
 pub const DDL: &str = v1_ddl!();
 
@@ -103,6 +146,18 @@ pub const UPGRADE: &str = upgrade!();
 
 /// The DDL of a new `localqueue.v2` file: [`DDL`], then [`UPGRADE`].
 pub const DDL_V2: &str = concat!(v1_ddl!(), upgrade!());
+
+/// What turns a `localqueue.v2` file into a `localqueue.v3` one, in one
+/// `BEGIN IMMEDIATE` transaction.
+pub const UPGRADE_V3: &str = upgrade_v3!();
+
+/// What turns a `localqueue.v1` file into a `localqueue.v3` one, in one
+/// transaction: [`UPGRADE`], then [`UPGRADE_V3`].
+pub const UPGRADE_V1_V3: &str = concat!(upgrade!(), upgrade_v3!());
+
+/// The DDL of a new `localqueue.v3` file: [`DDL`], [`UPGRADE`], then
+/// [`UPGRADE_V3`].
+pub const DDL_V3: &str = concat!(v1_ddl!(), upgrade!(), upgrade_v3!());
 
 /// The `localqueue.v1` format, alone.
 pub static FORMAT: Format = Format {
@@ -120,21 +175,30 @@ pub static FORMAT_V2: Format = Format {
     upgrades: &[],
 };
 
-/// Queues whose new files are `localqueue.v2`; v1 files are used as they
-/// are.
-pub static NEW_V2: Format = Format {
-    marker: "localqueue.v2",
-    ddl: DDL_V2,
-    also: &[&FORMAT],
+/// The `localqueue.v3` format, alone.
+pub static FORMAT_V3: Format = Format {
+    marker: "localqueue.v3",
+    ddl: DDL_V3,
+    also: &[],
+    upgrades: &[],
+};
+
+/// Queues whose new files are `localqueue.v3`; v1 and v2 files are used
+/// as they are.
+pub static NEW_V3: Format = Format {
+    marker: "localqueue.v3",
+    ddl: DDL_V3,
+    also: &[&FORMAT, &FORMAT_V2],
     upgrades: &[],
 };
 
 /// Queues whose new files are `localqueue.v1` (for a data directory shared
-/// with a program that reads only v1); v2 files are used as they are.
+/// with a program that reads only v1); v2 and v3 files are used as they
+/// are.
 pub static NEW_V1: Format = Format {
     marker: "localqueue.v1",
     ddl: DDL,
-    also: &[&FORMAT_V2],
+    also: &[&FORMAT_V2, &FORMAT_V3],
     upgrades: &[],
 };
 
@@ -283,6 +347,59 @@ pub const STATS_V2: &str = "SELECT (SELECT COUNT(*) FROM messages INDEXED BY idx
 /// Whether the queue has any group (the lane's key `''` sorts first).
 pub const ANY_GROUP: &str = "SELECT id FROM message_groups WHERE group_key > '' LIMIT 1";
 
+/// `localqueue.v3`: the queue's limits (no row: the defaults).
+pub const LIMITS: &str = "SELECT group_concurrency, max_in_flight, rate_capacity, rate_refill, rate_interval_ms, \
+rate_per_group FROM queue_limits WHERE id = 1";
+/// Sets the queue's limits.
+pub const SET_LIMITS: &str = "INSERT INTO queue_limits (id, group_concurrency, max_in_flight, rate_capacity, \
+rate_refill, rate_interval_ms, rate_per_group) VALUES (1, ?1, ?2, ?3, ?4, ?5, ?6) \
+ON CONFLICT (id) DO UPDATE SET group_concurrency = excluded.group_concurrency, \
+max_in_flight = excluded.max_in_flight, rate_capacity = excluded.rate_capacity, \
+rate_refill = excluded.rate_refill, rate_interval_ms = excluded.rate_interval_ms, \
+rate_per_group = excluded.rate_per_group";
+/// The messages in flight at `?1` (a range of `idx_messages_visible`).
+pub const IN_FLIGHT: &str = "SELECT COUNT(*) FROM messages INDEXED BY idx_messages_visible \
+WHERE visible_at > ?1 AND receipt_handle IS NOT NULL";
+/// The oldest `?2` messages of group `?1` (the ones that may be in flight).
+pub const HEADS: &str = "SELECT id, visible_at, attempt, max_attempts, expires_at FROM messages \
+INDEXED BY idx_messages_group WHERE group_key IS NOT NULL AND group_key = ?1 ORDER BY id LIMIT ?2";
+/// A rate bucket's state.
+pub const BUCKET: &str = "SELECT tokens, since FROM rate_buckets WHERE bucket = ?1";
+/// Writes a rate bucket's state.
+pub const SET_BUCKET: &str = "INSERT INTO rate_buckets (bucket, tokens, since) VALUES (?1, ?2, ?3) \
+ON CONFLICT (bucket) DO UPDATE SET tokens = excluded.tokens, since = excluded.since";
+/// The earliest start of an interval among the buckets left empty within
+/// the last interval (`?1` is now minus the interval).
+pub const EMPTY_SINCE: &str = "SELECT MIN(since) FROM rate_buckets INDEXED BY idx_rate_buckets_empty \
+WHERE tokens = 0 AND since > ?1";
+/// Deletes up to `?2` buckets whose interval started at or before `?1`
+/// (by then every bucket is full again, as a bucket without a row is).
+pub const SWEEP_BUCKETS: &str = "DELETE FROM rate_buckets WHERE bucket IN (SELECT bucket FROM rate_buckets \
+WHERE since <= ?1 LIMIT ?2)";
+/// Who holds unique key `?1`, and until when (`NULL`: while it is live).
+pub const UNIQUE_HOLDER: &str = "SELECT id, until FROM unique_keys WHERE key = ?1";
+/// Unique key `?1` is taken by message `?2` until `?3`.
+pub const TAKE_UNIQUE: &str = "INSERT INTO unique_keys (key, id, until) VALUES (?1, ?2, ?3) \
+ON CONFLICT (key) DO UPDATE SET id = excluded.id, until = excluded.until";
+/// Deletes up to `?2` unique keys whose time ran out at `?1`.
+pub const SWEEP_UNIQUE_UNTIL: &str = "DELETE FROM unique_keys WHERE key IN (SELECT key FROM unique_keys \
+INDEXED BY idx_unique_until WHERE until IS NOT NULL AND until <= ?1 LIMIT ?2)";
+/// Deletes up to `?1` unique keys held while their message is live whose
+/// message is gone.
+pub const SWEEP_UNIQUE_GONE: &str = "DELETE FROM unique_keys WHERE key IN (SELECT u.key FROM unique_keys AS u \
+INDEXED BY idx_unique_live LEFT JOIN messages AS m ON m.id = u.id WHERE u.until IS NULL AND m.id IS NULL LIMIT ?1)";
+/// Stores the result of message `?1` (replacing one stored before).
+pub const STORE_RESULT: &str = "INSERT OR REPLACE INTO results (id, payload_type, payload_data, completed_at, \
+expires_at) VALUES (?1, ?2, ?3, ?4, ?5)";
+/// The result of message `?1`, unless its time ran out at `?2`.
+pub const RESULT: &str = "SELECT payload_type, payload_data, completed_at, expires_at FROM results \
+WHERE id = ?1 AND expires_at > ?2";
+/// Deletes the result of message `?1`; when it would have gone.
+pub const DELETE_RESULT: &str = "DELETE FROM results WHERE id = ?1 RETURNING expires_at";
+/// Deletes up to `?2` results whose time ran out at `?1`.
+pub const SWEEP_RESULTS: &str = "DELETE FROM results WHERE id IN (SELECT id FROM results \
+INDEXED BY idx_results_expiry WHERE expires_at <= ?1 LIMIT ?2)";
+
 /// The most participants of the round one claim looks at, and the most
 /// messages it moves to the dead letters: what one claim may cost while it
 /// holds the write lock, whatever guests sent. What is left is for the next
@@ -293,7 +410,7 @@ pub const CLAIM_WORK: usize = 1000;
 pub const SWEEP_BATCH: i64 = 1000;
 
 /// A queue: `<data-dir>/queue/<name>/localqueue.sqlite`, in
-/// `localqueue.v1` or `localqueue.v2`.
+/// `localqueue.v1`, `localqueue.v2` or `localqueue.v3`.
 #[derive(Debug, Clone)]
 pub struct QueueStore {
     pub(crate) store: Store,
@@ -305,10 +422,14 @@ pub struct QueueStore {
 /// What [`QueueStore::migrate`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Migrated {
-    /// The file was `localqueue.v1` and is now `localqueue.v2`.
-    Upgraded,
-    /// The file was already `localqueue.v2`; nothing changed.
-    AlreadyV2,
+    /// The file was of format `from` (`localqueue.v1` or `localqueue.v2`)
+    /// and is now `localqueue.v3`.
+    Upgraded {
+        /// The format the file had.
+        from: &'static str,
+    },
+    /// The file was already `localqueue.v3`; nothing changed.
+    AlreadyCurrent,
 }
 
 /// The file of queue `name` under `data_dir`.
@@ -499,8 +620,184 @@ fn unfit(
     }
 }
 
+/// What a claim obeys per group beyond one message in flight at a time
+/// (`localqueue.v3`): more messages of a group in flight, and a rate
+/// bucket per group. Buckets are read when first needed and written once,
+/// at the end of the claim, with what it took.
+pub(crate) struct Grouped {
+    /// Messages of one group in flight at once.
+    concurrency: i64,
+    /// The rate of each group's bucket, when the rate applies per group.
+    rate: Option<RateLimit>,
+    /// Per bucket read: its state at the claim's time and the tokens taken.
+    buckets: HashMap<String, (Bucket, i64)>,
+}
+
+impl Grouped {
+    /// One message of a group at a time, no rate per group (v2).
+    pub(crate) fn plain() -> Grouped {
+        Grouped::of(&QueueLimits::default())
+    }
+
+    /// What `limits` say per group.
+    fn of(limits: &QueueLimits) -> Grouped {
+        Grouped {
+            concurrency: i64::from(limits.group_concurrency.max(1)),
+            rate: limits.rate.filter(|_| limits.rate_per_group),
+            buckets: HashMap::new(),
+        }
+    }
+
+    /// Tokens bucket `key` has left for this claim (no rate: no bound).
+    async fn room(&mut self, conn: &Connection, key: &str, now: i64) -> Result<i64, Failure> {
+        let Some(rate) = self.rate else {
+            return Ok(i64::MAX);
+        };
+        if !self.buckets.contains_key(key) {
+            let b = bucket_on(conn, key, &rate, now).await?;
+            self.buckets.insert(key.to_string(), (b, 0));
+        }
+        let (b, taken) = self.buckets[key];
+        Ok(b.tokens - taken)
+    }
+
+    /// One token of bucket `key` was used (no rate: nothing).
+    fn take(&mut self, key: &str) {
+        if let Some((_, taken)) = self.buckets.get_mut(key) {
+            *taken += 1;
+        }
+    }
+
+    /// Writes every bucket tokens were taken from.
+    async fn write(&self, conn: &Connection) -> Result<(), Failure> {
+        for (key, (b, taken)) in &self.buckets {
+            if *taken > 0 {
+                exec(conn, SET_BUCKET, (key.as_str(), b.tokens - taken, b.since)).await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Bucket `key` of `rate` as of `now` (a bucket without a row is full).
+async fn bucket_on(
+    conn: &Connection,
+    key: &str,
+    rate: &RateLimit,
+    now: i64,
+) -> Result<Bucket, Failure> {
+    let mut rows = query(conn, BUCKET, (key,)).await?;
+    let mut found = None;
+    while let Some(row) = rows.next().await? {
+        found = Some(Bucket {
+            tokens: row.get::<i64>(0)?,
+            since: row.get::<i64>(1)?,
+        });
+    }
+    Ok(found
+        .unwrap_or_else(|| Bucket::full(rate, now))
+        .at(rate, now))
+}
+
+/// The queue's limits (`localqueue.v3`; no row: the defaults).
+async fn limits_on(conn: &Connection, path: &Path) -> Result<QueueLimits, Failure> {
+    let mut rows = query(conn, LIMITS, ()).await?;
+    let mut limits = QueueLimits::default();
+    while let Some(row) = rows.next().await? {
+        let bad = |what: &str| {
+            Failure::Alk(AlkError::Internal(format!(
+                "{}: the queue's limits hold an invalid {what}; the store is corrupt",
+                path.display()
+            )))
+        };
+        let fit = |i: usize, what: &str| -> Result<Option<u32>, Failure> {
+            int_or_null(&row, i)?
+                .map(|n| u32::try_from(n).map_err(|_| bad(what)))
+                .transpose()
+        };
+        limits.group_concurrency =
+            fit(0, "group_concurrency")?.ok_or_else(|| bad("group_concurrency"))?;
+        limits.max_in_flight = fit(1, "max_in_flight")?;
+        limits.rate = match (
+            fit(2, "rate_capacity")?,
+            fit(3, "rate_refill")?,
+            int_or_null(&row, 4)?,
+        ) {
+            (Some(capacity), Some(refill), Some(interval)) => Some(RateLimit {
+                capacity,
+                refill,
+                interval_ms: u64::try_from(interval).map_err(|_| bad("rate_interval_ms"))?,
+            }),
+            (None, None, None) => None,
+            _ => return Err(bad("rate")),
+        };
+        limits.rate_per_group = row.get::<i64>(5)? != 0;
+        if limits.check().is_err() {
+            return Err(bad("combination of limits"));
+        }
+    }
+    Ok(limits)
+}
+
+/// The `localqueue.v3` claim, inside its transaction: the queue's limits
+/// read, the queue's cap and rate applied to how many the claim may take,
+/// then the v2 claim with the limits per group, then the queue's bucket
+/// written with what was taken.
+async fn claim_v3_on(
+    conn: &Connection,
+    path: &Path,
+    max: u32,
+    visible_until: i64,
+    now: i64,
+    floor: i64,
+) -> Result<Vec<Delivery>, Failure> {
+    let limits = limits_on(conn, path).await?;
+    let mut max = i64::from(max);
+    if let Some(cap) = limits.max_in_flight {
+        let mut rows = query(conn, IN_FLIGHT, (now,)).await?;
+        let mut in_flight = 0;
+        while let Some(row) = rows.next().await? {
+            in_flight = row.get::<i64>(0)?;
+        }
+        max = max.min(i64::from(cap) - in_flight);
+    }
+    let mut queue_bucket = None;
+    if let Some(rate) = limits.rate.filter(|_| !limits.rate_per_group) {
+        let b = bucket_on(conn, UNGROUPED_BUCKET, &rate, now).await?;
+        max = max.min(b.tokens);
+        queue_bucket = Some(b);
+    }
+    if max <= 0 {
+        return Ok(Vec::new());
+    }
+    let mut grouped = Grouped::of(&limits);
+    let out = claim_v2_on(
+        conn,
+        path,
+        max as u32,
+        visible_until,
+        now,
+        floor,
+        &mut grouped,
+    )
+    .await?;
+    grouped.write(conn).await?;
+    if let Some(b) = queue_bucket
+        && !out.is_empty()
+    {
+        exec(
+            conn,
+            SET_BUCKET,
+            (UNGROUPED_BUCKET, b.tokens - out.len() as i64, b.since),
+        )
+        .await?;
+    }
+    Ok(out)
+}
+
 /// The `localqueue.v2` claim, inside its transaction (see
-/// [`QueueEngine::claim`] for the rules).
+/// [`QueueEngine::claim`] for the rules), with `grouped`'s limits per
+/// group ([`Grouped::plain`] on a v2 file).
 async fn claim_v2_on(
     conn: &Connection,
     path: &Path,
@@ -508,6 +805,7 @@ async fn claim_v2_on(
     visible_until: i64,
     now: i64,
     floor: i64,
+    grouped: &mut Grouped,
 ) -> Result<Vec<Delivery>, Failure> {
     let uuid = uuid::Uuid::new_v4().hyphenated().to_string();
     let mut out: Vec<Delivery> = Vec::new();
@@ -562,17 +860,21 @@ async fn claim_v2_on(
                 looked += 1;
                 if key.is_empty() {
                     lane_row = Some(gid);
-                    let mut rows = query(conn, DUE, (floor, now, left as i64)).await?;
+                    // With a rate per group, no more than the lane's
+                    // bucket holds (none: the lane is skipped).
+                    let limit = (left as i64).min(grouped.room(conn, &key, now).await?);
                     let mut due = Vec::new();
-                    while let Some(row) = rows.next().await? {
-                        due.push((
-                            row.get::<i64>(0)?,
-                            row.get::<i64>(1)?,
-                            int_or_null(&row, 2)?,
-                            int_or_null(&row, 3)?,
-                        ));
+                    if limit > 0 {
+                        let mut rows = query(conn, DUE, (floor, now, limit)).await?;
+                        while let Some(row) = rows.next().await? {
+                            due.push((
+                                row.get::<i64>(0)?,
+                                row.get::<i64>(1)?,
+                                int_or_null(&row, 2)?,
+                                int_or_null(&row, 3)?,
+                            ));
+                        }
                     }
-                    drop(rows);
                     let mut gave = false;
                     for (id, attempt, max_attempts, expires_at) in due {
                         // A candidate takes its slot either way, as in the
@@ -586,6 +888,7 @@ async fn claim_v2_on(
                             }
                             None => {
                                 picks.push(id);
+                                grouped.take(&key);
                                 gave = true;
                             }
                         }
@@ -594,10 +897,17 @@ async fn claim_v2_on(
                         served.push(gid);
                     }
                 } else {
-                    let mut rows = query(conn, HEAD, (key.as_str(),)).await?;
-                    let mut head = None;
+                    // The group's oldest messages up to its concurrency:
+                    // those due are claimable in id order, the others
+                    // (in flight, not due yet) hold their places.
+                    let mut rows = if grouped.concurrency == 1 {
+                        query(conn, HEAD, (key.as_str(),)).await?
+                    } else {
+                        query(conn, HEADS, (key.as_str(), grouped.concurrency)).await?
+                    };
+                    let mut heads = Vec::new();
                     while let Some(row) = rows.next().await? {
-                        head = Some((
+                        heads.push((
                             row.get::<i64>(0)?,
                             row.get::<i64>(1)?,
                             row.get::<i64>(2)?,
@@ -606,19 +916,28 @@ async fn claim_v2_on(
                         ));
                     }
                     drop(rows);
-                    if let Some((id, visible_at, attempt, max_attempts, expires_at)) = head
-                        && visible_at <= now
-                    {
-                        left -= 1;
+                    for (id, visible_at, attempt, max_attempts, expires_at) in heads {
+                        if visible_at > now {
+                            continue;
+                        }
+                        if left == 0 {
+                            break;
+                        }
                         match unfit(attempt, max_attempts, expires_at, now) {
                             Some(error) => {
+                                left -= 1;
                                 bury_on(conn, id, &error, now).await?;
                                 buried = true;
                                 burials += 1;
                                 group_left = true;
                             }
                             None => {
+                                if grouped.room(conn, &key, now).await? <= 0 {
+                                    break;
+                                }
+                                left -= 1;
                                 picks.push(id);
+                                grouped.take(&key);
                                 if !served.contains(&gid) {
                                     served.push(gid);
                                 }
@@ -737,20 +1056,73 @@ pub(crate) async fn send_v2_on(
 /// Builds the error of a job option used on a `localqueue.v1` file;
 /// `new_v1`: the host makes new queues as `localqueue.v1`.
 pub(crate) fn needs_v2(store: &Store, name: &str, what: &str, new_v1: bool) -> AlkError {
+    needs(store, name, FORMAT.marker, what, new_v1)
+}
+
+/// Builds the error of a feature of `localqueue.v3` used on a file of
+/// format `found` (`localqueue.v1` or `localqueue.v2`); `new_v1`: the host
+/// makes new queues as `localqueue.v1`.
+pub(crate) fn needs(store: &Store, name: &str, found: &str, what: &str, new_v1: bool) -> AlkError {
     let path = store.path().display();
     let migrate = format!(
-        "migrate it to localqueue.v2 with `alk-host migrate queue {name}` (with every process using it stopped)"
+        "migrate it to localqueue.v3 with `alk-host migrate queue {name}` (with every process using it stopped)"
     );
     AlkError::InvalidArgument(if new_v1 {
         format!(
-            "queue {name} is stored as localqueue.v1 ({path}), which has no {what}; this host makes new queues \
+            "queue {name} is stored as {found} ({path}), which has no {what}; this host makes new queues \
              as localqueue.v1 (`--new-queues v1`), so a new queue would not take them either: {migrate}, \
-             or run the host with `--new-queues v2` to have new queues made as localqueue.v2"
+             or run the host without `--new-queues v1` to have new queues made as localqueue.v3"
         )
     } else {
         format!(
-            "queue {name} is stored as localqueue.v1 ({path}), which has no {what}; {migrate}, or use a new queue"
+            "queue {name} is stored as {found} ({path}), which has no {what}; {migrate}, or use a new queue"
         )
+    })
+}
+
+/// Whether message `id` is still in `messages` (live: waiting, delayed or
+/// in flight).
+async fn exists_on(conn: &Connection, id: i64) -> Result<bool, Failure> {
+    let mut rows = query(conn, EXISTS, (id,)).await?;
+    let mut exists = false;
+    while rows.next().await?.is_some() {
+        exists = true;
+    }
+    Ok(exists)
+}
+
+/// Sends one message with `stamp` (sent at `sent_at`) unless `unique`'s
+/// key blocks it at `now`, inside the caller's transaction
+/// (`localqueue.v3`): the new message's id, or the holder's.
+pub(crate) async fn send_unique_on(
+    conn: &Connection,
+    payload: &Payload,
+    stamp: &Stamp,
+    unique: &Unique,
+    sent_at: i64,
+    now: i64,
+) -> Result<Sent, Failure> {
+    let mut rows = query(conn, UNIQUE_HOLDER, (unique.key.as_str(),)).await?;
+    let mut held = None;
+    while let Some(row) = rows.next().await? {
+        held = Some((row.get::<i64>(0)?, int_or_null(&row, 1)?));
+    }
+    drop(rows);
+    if let Some((holder, until)) = held {
+        // Whether the holder is live matters only for a key held while it is.
+        let live = until.is_none() && exists_on(conn, holder).await?;
+        if Unique::blocks(until, live, now) {
+            return Ok(Sent {
+                id: holder as u64,
+                duplicate: true,
+            });
+        }
+    }
+    let id = send_v2_on(conn, payload, stamp, sent_at, true).await?;
+    exec(conn, TAKE_UNIQUE, (unique.key.as_str(), id, unique.until)).await?;
+    Ok(Sent {
+        id: id as u64,
+        duplicate: false,
     })
 }
 
@@ -780,8 +1152,8 @@ impl Queues {
 
     /// Queue `name` (a checked name, maybe reserved), opened (and created
     /// on first use) unless known. An outbox's backing queue is always made
-    /// as `localqueue.v2` (transactional sends need it), whatever the
-    /// engine makes other new queues as.
+    /// as `localqueue.v3` (transactional sends need v2 or later), whatever
+    /// the engine makes other new queues as.
     pub(crate) async fn get(&self, name: &str) -> AlkResult<QueueStore> {
         let known = self
             .known
@@ -800,7 +1172,7 @@ impl Queues {
             .strip_prefix(alk_store::names::RESERVED_PREFIX)
             .is_some_and(|rest| rest.starts_with("outbox_"))
         {
-            options.new_queues = NewQueues::V2;
+            options.new_queues = NewQueues::V3;
         }
         let q = QueueStore::open(&self.data_dir, name, options).await?;
         let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
@@ -823,7 +1195,7 @@ impl QueueStore {
     ) -> AlkResult<Self> {
         let options = options.into();
         let format = match options.new_queues {
-            NewQueues::V2 => &NEW_V2,
+            NewQueues::V3 => &NEW_V3,
             NewQueues::V1 => &NEW_V1,
         };
         let store = open_store(&queue_path(data_dir, name), format, options).await?;
@@ -834,11 +1206,12 @@ impl QueueStore {
         })
     }
 
-    /// Moves queue `name` under `data_dir` from `localqueue.v1` to
-    /// `localqueue.v2`, in one transaction: ids, attempts, receipts and due
-    /// times are kept. Refused (`busy`) while any process has the store
-    /// open; no process can open it while the migration runs. A file that
-    /// does not exist is not created.
+    /// Moves queue `name` under `data_dir` from `localqueue.v1` or
+    /// `localqueue.v2` to `localqueue.v3`, in one transaction (a v1 file
+    /// gets both upgrades in it): ids, attempts, receipts, due times,
+    /// groups, dead letters and relay marks are kept. Refused (`busy`)
+    /// while any process has the store open; no process can open it while
+    /// the migration runs. A file that does not exist is not created.
     pub async fn migrate(
         data_dir: &Path,
         name: &str,
@@ -852,14 +1225,16 @@ impl QueueStore {
                 path.display()
             )));
         }
-        let store = Store::unopened(&path, &NEW_V2, options.into());
-        let upgraded = store
-            .migrate_exclusive(&FORMAT, &FORMAT_V2, UPGRADE)
+        let store = Store::unopened(&path, &NEW_V3, options.into());
+        let from = store
+            .migrate_exclusive(
+                &[(&FORMAT, UPGRADE_V1_V3), (&FORMAT_V2, UPGRADE_V3)],
+                &FORMAT_V3,
+            )
             .await?;
-        Ok(if upgraded {
-            Migrated::Upgraded
-        } else {
-            Migrated::AlreadyV2
+        Ok(match from {
+            Some(from) => Migrated::Upgraded { from },
+            None => Migrated::AlreadyCurrent,
         })
     }
 
@@ -874,9 +1249,32 @@ impl QueueStore {
         &self.store
     }
 
-    /// Whether the file is `localqueue.v2`.
+    /// Whether the file has the job options of `localqueue.v2`: it is
+    /// `localqueue.v2` or `localqueue.v3`.
     pub async fn is_v2(&self) -> AlkResult<bool> {
         Ok(is_v2(self.store.file_format().await?))
+    }
+
+    /// Whether the file is `localqueue.v3`.
+    pub async fn is_v3(&self) -> AlkResult<bool> {
+        Ok(is_v3(self.store.file_format().await?))
+    }
+
+    /// Refuses (`invalid-argument`, naming the migration) unless the file
+    /// is `localqueue.v3`; `what` is what older formats lack.
+    pub(crate) async fn require_v3(&self, what: &str) -> AlkResult<()> {
+        let format = self.store.file_format().await?;
+        if is_v3(format) {
+            Ok(())
+        } else {
+            Err(needs(
+                &self.store,
+                &self.name,
+                format.marker,
+                what,
+                self.new_v1,
+            ))
+        }
     }
 
     /// Refuses (`invalid-argument`, naming the migration) unless the file
@@ -931,9 +1329,62 @@ impl QueueStore {
     }
 }
 
-/// Whether a file opened as `format` is `localqueue.v2`.
+impl QueueStore {
+    /// What `sweep-expired` does on a `localqueue.v3` file beyond moving
+    /// expired messages: deletes results whose time ran out, unique keys
+    /// that no longer hold (their time ran out, or their message is gone),
+    /// and rate buckets that are full again (as a bucket without a row
+    /// is); at most [`SWEEP_BATCH`] of each per transaction.
+    async fn sweep_v3(&self, now: i64) -> AlkResult<()> {
+        let path = self.store.path();
+        loop {
+            let more = self
+                .store
+                .run_immediate(|conn: Connection| {
+                    Box::pin(async move {
+                        let mut most = 0;
+                        for (sql, params) in [
+                            (
+                                SWEEP_RESULTS,
+                                vec![Value::Integer(now), Value::Integer(SWEEP_BATCH)],
+                            ),
+                            (
+                                SWEEP_UNIQUE_UNTIL,
+                                vec![Value::Integer(now), Value::Integer(SWEEP_BATCH)],
+                            ),
+                            (SWEEP_UNIQUE_GONE, vec![Value::Integer(SWEEP_BATCH)]),
+                        ] {
+                            most = most.max(exec(&conn, sql, params).await?);
+                        }
+                        let limits = limits_on(&conn, path).await?;
+                        if let Some(rate) = limits.rate {
+                            // After this long any bucket is full again.
+                            let refills = i64::from(rate.capacity.div_ceil(rate.refill));
+                            let full_after = refills.saturating_mul(rate.interval_ms as i64);
+                            let before = now.saturating_sub(full_after);
+                            most =
+                                most.max(exec(&conn, SWEEP_BUCKETS, (before, SWEEP_BATCH)).await?);
+                        }
+                        Ok(most as i64 >= SWEEP_BATCH)
+                    })
+                })
+                .await?;
+            if !more {
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Whether a file opened as `format` has the job options of
+/// `localqueue.v2` (it is v2 or v3).
 fn is_v2(format: &Format) -> bool {
-    format.marker == FORMAT_V2.marker
+    format.marker == FORMAT_V2.marker || is_v3(format)
+}
+
+/// Whether a file opened as `format` is `localqueue.v3`.
+fn is_v3(format: &Format) -> bool {
+    format.marker == FORMAT_V3.marker
 }
 
 #[async_trait]
@@ -983,10 +1434,17 @@ impl QueueEngine for QueueStore {
             let floor = i64::from(floor.unwrap_or(i32::MIN));
             return self
                 .store
-                .run_immediate(|conn: Connection| {
-                    Box::pin(
-                        async move { claim_v2_on(&conn, path, max, visible_at, now, floor).await },
-                    )
+                .run_immediate_in(|conn: Connection, format| {
+                    let v3 = is_v3(format);
+                    Box::pin(async move {
+                        if v3 {
+                            claim_v3_on(&conn, path, max, visible_at, now, floor).await
+                        } else {
+                            let mut grouped = Grouped::plain();
+                            claim_v2_on(&conn, path, max, visible_at, now, floor, &mut grouped)
+                                .await
+                        }
+                    })
                 })
                 .await;
         }
@@ -1314,9 +1772,13 @@ impl QueueEngine for QueueStore {
                 .await?;
             moved += n;
             if (n as i64) < SWEEP_BATCH {
-                return Ok(moved);
+                break;
             }
         }
+        if self.is_v3().await? {
+            self.sweep_v3(now).await?;
+        }
+        Ok(moved)
     }
 
     async fn dead_letters(&self, after: u64, max: u32, now: i64) -> AlkResult<Vec<JobInfo>> {
@@ -1444,6 +1906,183 @@ impl QueueEngine for QueueStore {
             })
             .await
     }
+
+    async fn send_unique(
+        &self,
+        payload: &Payload,
+        stamp: &Stamp,
+        unique: &Unique,
+        now: i64,
+    ) -> AlkResult<Sent> {
+        self.require_v3("unique sends").await?;
+        self.store
+            .run_immediate(|conn: Connection| {
+                Box::pin(
+                    async move { send_unique_on(&conn, payload, stamp, unique, now, now).await },
+                )
+            })
+            .await
+    }
+
+    async fn limits(&self) -> AlkResult<QueueLimits> {
+        if !self.is_v3().await? {
+            return Ok(QueueLimits::default());
+        }
+        let path = self.store.path();
+        self.store
+            .run(|conn: Connection| Box::pin(async move { limits_on(&conn, path).await }))
+            .await
+    }
+
+    async fn set_limits(&self, limits: &QueueLimits) -> AlkResult<()> {
+        self.require_v3("queue limits").await?;
+        let rate = limits.rate;
+        let params = (
+            i64::from(limits.group_concurrency),
+            limits.max_in_flight.map(i64::from),
+            rate.map(|r| i64::from(r.capacity)),
+            rate.map(|r| i64::from(r.refill)),
+            rate.map(|r| r.interval_ms as i64),
+            i64::from(limits.rate_per_group),
+        );
+        self.store
+            .run_write(|conn: Connection| {
+                Box::pin(async move {
+                    exec(&conn, SET_LIMITS, params).await?;
+                    Ok(())
+                })
+            })
+            .await
+    }
+
+    async fn try_take(&self, group: Option<&str>, n: u32, now: i64) -> AlkResult<Taken> {
+        self.require_v3("rate limits").await?;
+        let (path, name) = (self.store.path(), self.name.as_str());
+        self.store
+            .run_immediate(|conn: Connection| {
+                Box::pin(async move {
+                    let limits = limits_on(&conn, path).await?;
+                    let Some(rate) = limits.rate else {
+                        return Err(Failure::Alk(AlkError::InvalidArgument(format!(
+                            "queue {name} has no rate to take tokens from; set one with its limits"
+                        ))));
+                    };
+                    check_take(&rate, n).map_err(Failure::Alk)?;
+                    let key = match (limits.rate_per_group, group) {
+                        (true, Some(g)) => g,
+                        _ => UNGROUPED_BUCKET,
+                    };
+                    let b = bucket_on(&conn, key, &rate, now).await?;
+                    let (taken, after) = b.take(&rate, n, now);
+                    if let Taken::Granted(_) = taken {
+                        exec(&conn, SET_BUCKET, (key, after.tokens, after.since)).await?;
+                    }
+                    Ok(taken)
+                })
+            })
+            .await
+    }
+
+    async fn throttled_until(&self, now: i64) -> AlkResult<Option<i64>> {
+        if !self.is_v3().await? {
+            return Ok(None);
+        }
+        let path = self.store.path();
+        self.store
+            .run(|conn: Connection| {
+                Box::pin(async move {
+                    let limits = limits_on(&conn, path).await?;
+                    let Some(rate) = limits.rate else {
+                        return Ok(None);
+                    };
+                    let interval = rate.interval_ms as i64;
+                    if !limits.rate_per_group {
+                        let b = bucket_on(&conn, UNGROUPED_BUCKET, &rate, now).await?;
+                        return Ok((b.tokens <= 0)
+                            .then(|| now.saturating_add(b.wait_ms(&rate, 1, now) as i64)));
+                    }
+                    // An empty bucket (no token stored, no interval ended
+                    // since) gets its first token one interval after its
+                    // interval started.
+                    let mut rows =
+                        query(&conn, EMPTY_SINCE, (now.saturating_sub(interval),)).await?;
+                    let mut since = None;
+                    while let Some(row) = rows.next().await? {
+                        since = int_or_null(&row, 0)?;
+                    }
+                    Ok(since.map(|s| s.saturating_add(interval)))
+                })
+            })
+            .await
+    }
+
+    async fn complete(
+        &self,
+        receipt: &Receipt,
+        result: &Payload,
+        expires_at: i64,
+        now: i64,
+    ) -> AlkResult<Settled> {
+        self.require_v3("results").await?;
+        let (id, uuid) = receipt_columns(receipt);
+        let uuid = uuid.as_str();
+        let (kind, data) = result.parts();
+        self.store
+            .run_immediate(|conn: Connection| {
+                Box::pin(async move {
+                    let settled = settle_on(&conn, ACK_V2, id, uuid, now).await?;
+                    if settled == Settled::Done {
+                        exec(&conn, STORE_RESULT, (id, kind, data, now, expires_at)).await?;
+                    }
+                    Ok(settled)
+                })
+            })
+            .await
+    }
+
+    async fn result(&self, id: u64, now: i64) -> AlkResult<Option<JobResult>> {
+        if !self.is_v3().await? {
+            return Ok(None);
+        }
+        let id = id as i64;
+        let path = self.store.path();
+        self.store
+            .run(|conn: Connection| {
+                Box::pin(async move {
+                    let mut rows = query(&conn, RESULT, (id, now)).await?;
+                    let mut found = None;
+                    while let Some(row) = rows.next().await? {
+                        found = Some(JobResult {
+                            id: id as u64,
+                            payload: payload_at(&row, 0, 1, path, id)?,
+                            completed_at: row.get::<i64>(2)?,
+                            expires_at: row.get::<i64>(3)?,
+                        });
+                    }
+                    Ok(found)
+                })
+            })
+            .await
+    }
+
+    async fn delete_result(&self, id: u64, now: i64) -> AlkResult<bool> {
+        if !self.is_v3().await? {
+            return Ok(false);
+        }
+        let id = id as i64;
+        self.store
+            .run_write(|conn: Connection| {
+                Box::pin(async move {
+                    let mut rows = query(&conn, DELETE_RESULT, (id,)).await?;
+                    let mut live = false;
+                    while let Some(row) = rows.next().await? {
+                        live = row.get::<i64>(0)? > now;
+                    }
+                    Ok(live)
+                })
+            })
+            .await
+    }
 }
 
 #[cfg(test)]
@@ -1451,6 +2090,7 @@ mod tests {
     use super::*;
     use crate::RetryPolicy;
     use crate::relay::{RELAYED, SET_RELAYED};
+    use alk_store::rate::RateLimit;
 
     const DOC: &str = include_str!("../../../docs/formats/localqueue.v1.md");
 
@@ -1466,7 +2106,7 @@ mod tests {
                 NewQueues::V1,
                 ["payload_type", "enqueued_at", "payload_data"].as_slice(),
             ),
-            (NewQueues::V2, &["payload_type", "payload_data"]),
+            (NewQueues::V3, &["payload_type", "payload_data"]),
         ] {
             let dir = tempfile::tempdir().unwrap();
             let options = StoreOptions {
@@ -1740,7 +2380,7 @@ mod tests {
     async fn every_v2_claim_statement_is_index_driven_and_sorts_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let q = queue(dir.path()).await;
-        assert!(q.is_v2().await.unwrap());
+        assert!(q.is_v3().await.unwrap());
         let i = |n: i64| Value::Integer(n);
         let t = |s: &str| Value::Text(s.into());
         for (sql, params, index) in [
@@ -1881,16 +2521,18 @@ mod tests {
             QueueStore::migrate(dir.path(), "q", StoreOptions::default())
                 .await
                 .unwrap(),
-            Migrated::Upgraded
+            Migrated::Upgraded {
+                from: "localqueue.v1"
+            }
         );
         assert_eq!(
             QueueStore::migrate(dir.path(), "q", StoreOptions::default())
                 .await
                 .unwrap(),
-            Migrated::AlreadyV2
+            Migrated::AlreadyCurrent
         );
         let q = queue(dir.path()).await;
-        assert!(q.is_v2().await.unwrap());
+        assert!(q.is_v3().await.unwrap());
         // The in-flight message keeps its attempt; its receipt still acks.
         let a = q.job(1, 60).await.unwrap().unwrap();
         assert_eq!((a.state, a.attempt), (JobState::InFlight, 1));
@@ -1962,5 +2604,445 @@ mod tests {
         assert_eq!(schema(q.clone()).await, before);
         let got = q.claim(1, 1_000, None, 10).await.unwrap();
         assert_eq!(got[0].payload, text("kept"));
+    }
+
+    const DOC_V3: &str = include_str!("../../../docs/formats/localqueue.v3.md");
+
+    #[test]
+    fn the_v3_document_pins_the_ddl_and_every_statement() {
+        crate::assert_document_pins(
+            "localqueue.v3.md",
+            DOC_V3,
+            &[
+                ("DDL_V3", DDL_V3),
+                ("UPGRADE_V3", UPGRADE_V3),
+                ("LIMITS", LIMITS),
+                ("SET_LIMITS", SET_LIMITS),
+                ("IN_FLIGHT", IN_FLIGHT),
+                ("HEADS", HEADS),
+                ("BUCKET", BUCKET),
+                ("SET_BUCKET", SET_BUCKET),
+                ("EMPTY_SINCE", EMPTY_SINCE),
+                ("SWEEP_BUCKETS", SWEEP_BUCKETS),
+                ("UNIQUE_HOLDER", UNIQUE_HOLDER),
+                ("TAKE_UNIQUE", TAKE_UNIQUE),
+                ("SWEEP_UNIQUE_UNTIL", SWEEP_UNIQUE_UNTIL),
+                ("SWEEP_UNIQUE_GONE", SWEEP_UNIQUE_GONE),
+                ("STORE_RESULT", STORE_RESULT),
+                ("RESULT", RESULT),
+                ("DELETE_RESULT", DELETE_RESULT),
+                ("SWEEP_RESULTS", SWEEP_RESULTS),
+            ],
+        );
+        // A new v3 file is the v1 DDL followed by both upgrades; a v1 file
+        // is migrated by both upgrades.
+        assert_eq!(DDL_V3, format!("{DDL}{UPGRADE}{UPGRADE_V3}"));
+        assert_eq!(UPGRADE_V1_V3, format!("{UPGRADE}{UPGRADE_V3}"));
+    }
+
+    #[tokio::test]
+    async fn every_v3_statement_is_index_driven_and_sorts_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let q = queue(dir.path()).await;
+        assert!(q.is_v3().await.unwrap());
+        let i = |n: i64| Value::Integer(n);
+        let t = |s: &str| Value::Text(s.into());
+        for (sql, params, index) in [
+            (IN_FLIGHT, vec![i(0)], "idx_messages_visible"),
+            (HEADS, vec![t("g"), i(2)], "idx_messages_group"),
+            (EMPTY_SINCE, vec![i(0)], "idx_rate_buckets_empty"),
+            (SWEEP_RESULTS, vec![i(0), i(10)], "idx_results_expiry"),
+            (SWEEP_UNIQUE_UNTIL, vec![i(0), i(10)], "idx_unique_until"),
+            (SWEEP_UNIQUE_GONE, vec![i(10)], "idx_unique_live"),
+            (LIMITS, vec![], "PRIMARY KEY"),
+            (RESULT, vec![i(1), i(0)], "PRIMARY KEY"),
+            (BUCKET, vec![t("")], "INDEX"),
+            (UNIQUE_HOLDER, vec![t("k")], "INDEX"),
+        ] {
+            let plan = plan_of(&q, sql, params).await;
+            assert!(plan.contains(index), "{sql}: {plan}");
+            assert!(
+                !plan.contains("SORTER") && !plan.contains("TEMP B-TREE"),
+                "{sql}: {plan}"
+            );
+            assert!(
+                !plan.contains("SCAN messages |") && !plan.ends_with("SCAN messages"),
+                "{sql}: {plan}"
+            );
+        }
+    }
+
+    /// A `localqueue.v2` file made as an older host made it.
+    async fn v2_file(dir: &Path, name: &str) -> QueueStore {
+        let store = open_store(&queue_path(dir, name), &FORMAT_V2, StoreOptions::default())
+            .await
+            .unwrap();
+        store.close_for_test();
+        let q = QueueStore::open(dir, name, StoreOptions::default())
+            .await
+            .unwrap();
+        assert!(q.is_v2().await.unwrap() && !q.is_v3().await.unwrap());
+        q
+    }
+
+    fn grouped(group: &str, now: i64) -> Stamp {
+        let mut stamp = Stamp::plain(now);
+        stamp.group = Some(group.into());
+        stamp
+    }
+
+    fn limited(f: impl FnOnce(&mut QueueLimits)) -> QueueLimits {
+        let mut l = QueueLimits::default();
+        f(&mut l);
+        l
+    }
+
+    #[tokio::test]
+    async fn v3_features_on_a_v2_file_name_the_migration_and_store_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let q = v2_file(dir.path(), "old").await;
+        let named = |r: AlkResult<()>| match r {
+            Err(AlkError::InvalidArgument(m)) => assert!(
+                m.contains("alk-host migrate queue old")
+                    && m.contains("localqueue.v2")
+                    && m.contains("localqueue.v3"),
+                "{m}"
+            ),
+            other => panic!("{other:?}"),
+        };
+        named(q.set_limits(&limited(|l| l.max_in_flight = Some(1))).await);
+        let unique = Unique {
+            key: "k".into(),
+            until: None,
+        };
+        named(
+            q.send_unique(&text("x"), &Stamp::plain(0), &unique, 0)
+                .await
+                .map(|_| ()),
+        );
+        q.send(&[text("a")], &Stamp::plain(0), 0).await.unwrap();
+        let d = q.claim(1, 1_000, None, 0).await.unwrap().remove(0);
+        named(
+            q.complete(&r(&d.receipt), &text("r"), 100, 1)
+                .await
+                .map(|_| ()),
+        );
+        named(q.try_take(None, 1, 0).await.map(|_| ()));
+        assert_eq!(q.limits().await.unwrap(), QueueLimits::default());
+        assert_eq!(q.result(d.id, 0).await.unwrap(), None);
+        assert!(!q.delete_result(d.id, 0).await.unwrap());
+        assert_eq!(q.throttled_until(0).await.unwrap(), None);
+        // The message is still in flight: nothing was acked by complete.
+        assert_eq!(q.ack(&r(&d.receipt)).await.unwrap(), Settled::Done);
+        assert!(!q.is_v3().await.unwrap());
+        // A v1 file names its own format.
+        let v1 = StoreOptions {
+            new_queues: NewQueues::V1,
+            ..StoreOptions::default()
+        };
+        let old = QueueStore::open(dir.path(), "older", v1).await.unwrap();
+        match old.set_limits(&QueueLimits::default()).await {
+            Err(AlkError::InvalidArgument(m)) => {
+                assert!(
+                    m.contains("localqueue.v1") && m.contains("--new-queues v1"),
+                    "{m}"
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_migrated_v2_store_keeps_ids_receipts_groups_and_its_high_water_mark() {
+        let dir = tempfile::tempdir().unwrap();
+        let (receipt, high) = {
+            let q = v2_file(dir.path(), "q").await;
+            let ids = q
+                .send(&[text("a"), text("b")], &grouped("g", 10), 10)
+                .await
+                .unwrap();
+            let last = q.send(&[text("c")], &Stamp::plain(10), 10).await.unwrap();
+            // "a" in flight (its group parked), "c" acked: the high-water
+            // mark is above every remaining id.
+            let got = q.claim(10, 1_000_000, None, 20).await.unwrap();
+            assert_eq!(got.len(), 2);
+            let a = got.iter().find(|d| d.id == ids[0]).unwrap().clone();
+            let c = got.iter().find(|d| d.id == last[0]).unwrap();
+            q.ack(&r(&c.receipt)).await.unwrap();
+            q.store.close_for_test();
+            (a.receipt, last[0])
+        };
+        assert_eq!(
+            QueueStore::migrate(dir.path(), "q", StoreOptions::default())
+                .await
+                .unwrap(),
+            Migrated::Upgraded {
+                from: "localqueue.v2"
+            }
+        );
+        assert_eq!(
+            QueueStore::migrate(dir.path(), "q", StoreOptions::default())
+                .await
+                .unwrap(),
+            Migrated::AlreadyCurrent
+        );
+        let q = queue(dir.path()).await;
+        assert!(q.is_v3().await.unwrap());
+        // The group is still parked behind its message in flight.
+        assert!(q.claim(10, 1_000_000, None, 30).await.unwrap().is_empty());
+        assert_eq!(q.ack(&r(&receipt)).await.unwrap(), Settled::Done);
+        let b = q.claim(10, 1_000_000, None, 30).await.unwrap();
+        assert_eq!(b.iter().map(|d| d.id).collect::<Vec<_>>(), [2]);
+        assert_eq!(
+            q.send(&[text("d")], &Stamp::plain(40), 40).await.unwrap(),
+            [high + 1]
+        );
+        // And the v3 features work.
+        q.set_limits(&limited(|l| l.max_in_flight = Some(5)))
+            .await
+            .unwrap();
+        assert_eq!(q.limits().await.unwrap().max_in_flight, Some(5));
+        // The same schema as a file made as v3.
+        let fresh_dir = tempfile::tempdir().unwrap();
+        let fresh = queue(fresh_dir.path()).await;
+        let schema = "SELECT type, name, tbl_name, sql FROM sqlite_schema ORDER BY name";
+        assert_eq!(
+            crate::stream::tests::sql_rows(&q.store, schema).await,
+            crate::stream::tests::sql_rows(&fresh.store, schema).await
+        );
+    }
+
+    #[tokio::test]
+    async fn a_group_hands_out_up_to_its_concurrency_in_send_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let q = queue(dir.path()).await;
+        q.set_limits(&limited(|l| l.group_concurrency = 2))
+            .await
+            .unwrap();
+        let ids = q
+            .send(
+                &[text("1"), text("2"), text("3"), text("4")],
+                &grouped("g", 0),
+                0,
+            )
+            .await
+            .unwrap();
+        let first = q.claim(10, 1_000, None, 0).await.unwrap();
+        assert_eq!(first.iter().map(|d| d.id).collect::<Vec<_>>(), ids[..2]);
+        assert!(q.claim(10, 1_000, None, 0).await.unwrap().is_empty());
+        // The second done first: the first still holds its place.
+        q.ack(&r(&first[1].receipt)).await.unwrap();
+        let next = q.claim(10, 1_000, None, 0).await.unwrap();
+        assert_eq!(next.iter().map(|d| d.id).collect::<Vec<_>>(), [ids[2]]);
+        // A lapsed delivery is due again, ahead of the rest.
+        let again = q.claim(10, 1_000, None, 2_000).await.unwrap();
+        assert_eq!(
+            again.iter().map(|d| d.id).collect::<Vec<_>>(),
+            [ids[0], ids[2]]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_cap_and_a_rate_bound_every_claim() {
+        let dir = tempfile::tempdir().unwrap();
+        let q = queue(dir.path()).await;
+        let payloads: Vec<Payload> = (0..10).map(|i| text(&i.to_string())).collect();
+        q.send(&payloads, &Stamp::plain(0), 0).await.unwrap();
+        q.set_limits(&limited(|l| l.max_in_flight = Some(3)))
+            .await
+            .unwrap();
+        assert_eq!(q.claim(10, 1_000, None, 0).await.unwrap().len(), 3);
+        assert!(q.claim(10, 1_000, None, 0).await.unwrap().is_empty());
+        // Their deadline passed: no longer in flight.
+        let rate = RateLimit {
+            capacity: 2,
+            refill: 1,
+            interval_ms: 100,
+        };
+        q.set_limits(&limited(|l| l.rate = Some(rate)))
+            .await
+            .unwrap();
+        assert_eq!(q.claim(10, 10_000, None, 1_000).await.unwrap().len(), 2);
+        assert!(q.claim(10, 10_000, None, 1_050).await.unwrap().is_empty());
+        assert_eq!(q.throttled_until(1_050).await.unwrap(), Some(1_100));
+        assert_eq!(q.claim(10, 10_000, None, 1_100).await.unwrap().len(), 1);
+        // try-take draws from the same bucket.
+        assert_eq!(q.try_take(None, 1, 1_200).await.unwrap(), Taken::Granted(0));
+        assert!(q.claim(10, 10_000, None, 1_250).await.unwrap().is_empty());
+        assert!(matches!(
+            q.try_take(None, 3, 1_250).await,
+            Err(AlkError::InvalidArgument(_))
+        ));
+        // A bucket full again is swept: it reads as full without its row.
+        q.sweep_expired(5_000).await.unwrap();
+        assert!(
+            crate::stream::tests::sql_rows(&q.store, "SELECT * FROM rate_buckets")
+                .await
+                .is_empty()
+        );
+        assert_eq!(q.claim(10, 10_000, None, 5_000).await.unwrap().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_rate_per_group_gives_each_group_its_own_bucket() {
+        let dir = tempfile::tempdir().unwrap();
+        let q = queue(dir.path()).await;
+        let rate = RateLimit {
+            capacity: 1,
+            refill: 1,
+            interval_ms: 1_000,
+        };
+        q.set_limits(&QueueLimits {
+            group_concurrency: 5,
+            rate: Some(rate),
+            rate_per_group: true,
+            ..QueueLimits::default()
+        })
+        .await
+        .unwrap();
+        q.send(&[text("a1"), text("a2")], &grouped("a", 0), 0)
+            .await
+            .unwrap();
+        q.send(&[text("b1"), text("b2")], &grouped("b", 0), 0)
+            .await
+            .unwrap();
+        q.send(&[text("x1"), text("x2")], &Stamp::plain(0), 0)
+            .await
+            .unwrap();
+        let got = q.claim(10, 100_000, None, 0).await.unwrap();
+        let mut names: Vec<String> = got
+            .iter()
+            .map(|d| match &d.payload {
+                Payload::Text(t) => t.clone(),
+                _ => unreachable!(),
+            })
+            .collect();
+        names.sort();
+        assert_eq!(names, ["a1", "b1", "x1"]);
+        assert!(q.claim(10, 100_000, None, 10).await.unwrap().is_empty());
+        assert_eq!(q.throttled_until(10).await.unwrap(), Some(1_000));
+        assert_eq!(
+            q.try_take(Some("a"), 1, 10).await.unwrap(),
+            Taken::WaitMs(990)
+        );
+        assert_eq!(q.claim(10, 100_000, None, 1_000).await.unwrap().len(), 3);
+    }
+
+    #[tokio::test]
+    async fn a_unique_key_holds_while_its_message_lives_or_until_its_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let q = queue(dir.path()).await;
+        let live = Unique {
+            key: "k".into(),
+            until: None,
+        };
+        let first = q
+            .send_unique(&text("1"), &Stamp::plain(0), &live, 0)
+            .await
+            .unwrap();
+        assert!(!first.duplicate);
+        let again = q
+            .send_unique(&text("2"), &Stamp::plain(0), &live, 0)
+            .await
+            .unwrap();
+        assert_eq!((again.id, again.duplicate), (first.id, true));
+        let d = q.claim(1, 1_000, None, 0).await.unwrap().remove(0);
+        q.ack(&r(&d.receipt)).await.unwrap();
+        let after = q
+            .send_unique(&text("3"), &Stamp::plain(1), &live, 1)
+            .await
+            .unwrap();
+        assert!(!after.duplicate && after.id > first.id);
+        // Held until a time, whatever becomes of the message.
+        let timed = Unique {
+            key: "t".into(),
+            until: Some(100),
+        };
+        let t = q
+            .send_unique(&text("t"), &Stamp::plain(0), &timed, 0)
+            .await
+            .unwrap();
+        q.cancel(t.id).await.unwrap();
+        assert!(
+            q.send_unique(&text("t"), &Stamp::plain(50), &timed, 50)
+                .await
+                .unwrap()
+                .duplicate
+        );
+        let later = Unique {
+            key: "t".into(),
+            until: Some(300),
+        };
+        assert!(
+            !q.send_unique(&text("t"), &Stamp::plain(100), &later, 100)
+                .await
+                .unwrap()
+                .duplicate
+        );
+        // The sweep deletes keys that no longer hold, and only those.
+        let gone = Unique {
+            key: "gone".into(),
+            until: None,
+        };
+        let g = q
+            .send_unique(&text("g"), &Stamp::plain(0), &gone, 0)
+            .await
+            .unwrap();
+        q.cancel(g.id).await.unwrap();
+        assert_eq!(q.sweep_expired(400).await.unwrap(), 0);
+        let keys =
+            crate::stream::tests::sql_rows(&q.store, "SELECT key FROM unique_keys ORDER BY key")
+                .await;
+        assert_eq!(keys, ["Text(\"k\")"]);
+    }
+
+    #[tokio::test]
+    async fn a_completed_message_keeps_its_result_until_its_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let q = queue(dir.path()).await;
+        q.send(&[text("a"), text("b")], &grouped("g", 0), 0)
+            .await
+            .unwrap();
+        let a = q.claim(1, 1_000, None, 0).await.unwrap().remove(0);
+        assert_eq!(
+            q.complete(&r(&a.receipt), &text("done"), 500, 10)
+                .await
+                .unwrap(),
+            Settled::Done
+        );
+        // The group left its place to the next message.
+        let b = q.claim(1, 1_000, None, 10).await.unwrap().remove(0);
+        let got = q.result(a.id, 20).await.unwrap().unwrap();
+        assert_eq!(
+            (got.payload, got.completed_at, got.expires_at),
+            (text("done"), 10, 500)
+        );
+        assert_eq!(q.result(a.id, 500).await.unwrap(), None);
+        // A stale receipt stores nothing.
+        assert_eq!(
+            q.complete(&r(&a.receipt), &text("again"), 900, 30)
+                .await
+                .unwrap(),
+            Settled::Gone
+        );
+        assert_eq!(
+            q.result(a.id, 30).await.unwrap().unwrap().payload,
+            text("done")
+        );
+        q.complete(&r(&b.receipt), &text("b"), 100, 30)
+            .await
+            .unwrap();
+        // cancel and purge leave results alone.
+        assert!(!q.cancel(b.id).await.unwrap());
+        q.purge().await.unwrap();
+        assert!(q.result(b.id, 40).await.unwrap().is_some());
+        assert!(q.delete_result(b.id, 40).await.unwrap());
+        assert!(!q.delete_result(b.id, 40).await.unwrap());
+        assert_eq!(q.sweep_expired(600).await.unwrap(), 0);
+        assert!(
+            crate::stream::tests::sql_rows(&q.store, "SELECT id FROM results")
+                .await
+                .is_empty()
+        );
     }
 }

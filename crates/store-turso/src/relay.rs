@@ -13,23 +13,23 @@
 //! of their own.
 //!
 //! Both sides are here: the stream store's (the statements of its `relay`
-//! table, part of `localstream.v2`; the relay after a commit and at open;
-//! the background relayer) and the queue's (the statements of its relay
-//! marks, part of `localqueue.v2`, and the transaction of a queue file that
-//! applies a page of relay rows).
+//! table, part of `localstream.v2` and `localstream.v3`; the relay after a
+//! commit and at open; the background relayer) and the queue's (the
+//! statements of its relay marks, part of `localqueue.v2`, and the
+//! transaction of a queue file that applies a page of relay rows).
 
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use alk_store::jobs::Stamp;
+use alk_store::jobs::{Stamp, Unique};
 use alk_store::queue::Payload;
 use alk_store::wake::{Wakes, topics};
 use alk_store::{AlkError, AlkResult};
 use turso::{Connection, Value};
 
-use crate::queue::{QueueStore, Queues, send_v2_on};
+use crate::queue::{QueueStore, Queues, send_unique_on, send_v2_on};
 use crate::retry::{Failure, exec, query};
 use crate::store::Store;
 
@@ -37,9 +37,20 @@ use crate::store::Store;
 pub const RELAY_SEND: &str = "INSERT INTO relay (queue, payload_type, payload_data, priority, due_at, \
 max_attempts, backoff_ms, expires_at, group_key, created_at) \
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
-/// The oldest pending messages of a queue above an id, by id.
+/// Records one message a transaction sends to a queue with a unique key
+/// (`localstream.v3`): `?11` the key, `?12` until when it is held (`NULL`:
+/// while the message is live).
+pub const RELAY_SEND_UNIQUE: &str = "INSERT INTO relay (queue, payload_type, payload_data, priority, due_at, \
+max_attempts, backoff_ms, expires_at, group_key, created_at, unique_key, unique_until) \
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)";
+/// The oldest pending messages of a queue above an id, by id
+/// (`localstream.v2`).
 pub const RELAY_PAGE: &str = "SELECT id, payload_type, payload_data, priority, due_at, max_attempts, \
 backoff_ms, expires_at, group_key, created_at FROM relay WHERE queue = ?1 AND id > ?2 ORDER BY id LIMIT ?3";
+/// [`RELAY_PAGE`] with the unique keys (`localstream.v3`).
+pub const RELAY_PAGE_V3: &str = "SELECT id, payload_type, payload_data, priority, due_at, max_attempts, \
+backoff_ms, expires_at, group_key, created_at, unique_key, unique_until FROM relay \
+WHERE queue = ?1 AND id > ?2 ORDER BY id LIMIT ?3";
 /// The highest pending message of a queue at or below a queue's relay mark:
 /// the row the mark was written from, in the file it was written from.
 pub const RELAY_MARKED: &str = "SELECT id, created_at, payload_data FROM relay WHERE queue = ?1 AND id <= ?2 \
@@ -98,7 +109,7 @@ impl std::fmt::Debug for Relay {
 /// A row of `relay` or `schedules` that breaks the format.
 fn corrupt_row(path: &Path, table: &str, row: &str, column: &str, found: &Value) -> Failure {
     Failure::Alk(AlkError::Internal(format!(
-        "{}: {table} row {row} has {found:?} in {column}, which localstream.v2 does not allow; the store is corrupt",
+        "{}: {table} row {row} has {found:?} in {column}, which localstream.v3 does not allow; the store is corrupt",
         path.display()
     )))
 }
@@ -175,7 +186,7 @@ impl Columns<'_> {
     }
 }
 
-/// A relay row from a row of [`RELAY_PAGE`].
+/// A relay row from a row of [`RELAY_PAGE_V3`].
 fn relayed_at(row: &turso::Row, path: &Path) -> Result<Relayed, Failure> {
     let id = row.get::<i64>(0)?;
     let c = Columns {
@@ -196,6 +207,13 @@ fn relayed_at(row: &turso::Row, path: &Path) -> Result<Relayed, Failure> {
             group: c.opt_text(8, "group_key")?,
         },
         created_at: c.int(9, "created_at")?,
+        unique: match c.opt_text(10, "unique_key")? {
+            Some(key) => Some(Unique {
+                key,
+                until: c.opt_int(11, "unique_until")?,
+            }),
+            None => None,
+        },
     })
 }
 
@@ -207,24 +225,48 @@ pub(crate) async fn relay_send_on(
     stamp: &Stamp,
     now: i64,
 ) -> Result<(), Failure> {
+    relay_send_unique_on(conn, queue, payload, stamp, None, now).await
+}
+
+/// Records one message sent to `queue` inside the caller's transaction,
+/// with a unique key when `unique` says.
+pub(crate) async fn relay_send_unique_on(
+    conn: &Connection,
+    queue: &str,
+    payload: &Payload,
+    stamp: &Stamp,
+    unique: Option<&Unique>,
+    now: i64,
+) -> Result<(), Failure> {
     let (kind, data) = payload.parts();
-    exec(
-        conn,
-        RELAY_SEND,
-        (
-            queue,
-            kind,
-            data,
-            i64::from(stamp.priority),
-            stamp.due_at,
-            stamp.max_attempts.map(i64::from),
-            stamp.backoff_base_ms.map(|b| b as i64),
-            stamp.expires_at,
-            stamp.group.as_deref(),
-            now,
-        ),
-    )
-    .await?;
+    let mut params = vec![
+        Value::Text(queue.to_string()),
+        Value::Text(kind.to_string()),
+        Value::Text(data.to_string()),
+        Value::Integer(i64::from(stamp.priority)),
+        Value::Integer(stamp.due_at),
+        stamp
+            .max_attempts
+            .map_or(Value::Null, |n| Value::Integer(i64::from(n))),
+        stamp
+            .backoff_base_ms
+            .map_or(Value::Null, |b| Value::Integer(b as i64)),
+        stamp.expires_at.map_or(Value::Null, Value::Integer),
+        stamp
+            .group
+            .as_ref()
+            .map_or(Value::Null, |g| Value::Text(g.clone())),
+        Value::Integer(now),
+    ];
+    let sql = match unique {
+        None => RELAY_SEND,
+        Some(u) => {
+            params.push(Value::Text(u.key.clone()));
+            params.push(u.until.map_or(Value::Null, Value::Integer));
+            RELAY_SEND_UNIQUE
+        }
+    };
+    exec(conn, sql, params).await?;
     Ok(())
 }
 
@@ -385,7 +427,7 @@ impl Relay {
         self.store
             .run(|conn: Connection| {
                 Box::pin(async move {
-                    let mut rows = query(&conn, RELAY_PAGE, (queue, after, RELAY_BATCH)).await?;
+                    let mut rows = query(&conn, RELAY_PAGE_V3, (queue, after, RELAY_BATCH)).await?;
                     let mut out = Vec::new();
                     while let Some(row) = rows.next().await? {
                         out.push(relayed_at(&row, path)?);
@@ -686,6 +728,8 @@ pub(crate) struct Relayed {
     pub stamp: Stamp,
     /// When it was sent.
     pub created_at: i64,
+    /// Its unique key, if it was sent with one (`localstream.v3`).
+    pub unique: Option<Unique>,
 }
 
 impl QueueStore {
@@ -705,7 +749,9 @@ impl QueueStore {
     /// under the meta key `relayed:<source>`: rows at or below the mark were
     /// applied before and are skipped, so a relay that is repeated (its
     /// rows were not deleted) applies nothing twice. The number of
-    /// messages inserted. Refused on a `localqueue.v1` file, and when
+    /// messages inserted (a unique send whose key is taken inserts nothing,
+    /// and counts as applied). Refused on a `localqueue.v1` file, on a
+    /// `localqueue.v2` file when `rows` have a unique send, and when
     /// `rows` show they are not from the stream file the mark was written
     /// from (the mark's row differs, or is missing between rows below and
     /// above it): then nothing is written.
@@ -717,7 +763,11 @@ impl QueueStore {
         let Some(last) = rows.iter().map(|r| r.id).max() else {
             return Ok(0);
         };
-        self.require_v2("transactional or scheduled sends").await?;
+        if rows.iter().any(|r| r.unique.is_some()) {
+            self.require_v3("unique sends").await?;
+        } else {
+            self.require_v2("transactional or scheduled sends").await?;
+        }
         let key = format!("relayed:{source}");
         let (key, path, name) = (key.as_str(), self.store.path(), self.name.as_str());
         let refused = |mark: &RelayMark| {
@@ -747,8 +797,26 @@ impl QueueStore {
                     let mut inserted = 0u64;
                     let mut top = None::<&Relayed>;
                     for r in rows.iter().filter(|r| r.id > mark.id) {
-                        send_v2_on(&conn, &r.payload, &r.stamp, r.created_at, true).await?;
-                        inserted += 1;
+                        match &r.unique {
+                            None => {
+                                send_v2_on(&conn, &r.payload, &r.stamp, r.created_at, true).await?;
+                                inserted += 1;
+                            }
+                            // The key as of the send's time, held as the
+                            // queue holds it now.
+                            Some(u) => {
+                                let sent = send_unique_on(
+                                    &conn,
+                                    &r.payload,
+                                    &r.stamp,
+                                    u,
+                                    r.created_at,
+                                    r.created_at,
+                                )
+                                .await?;
+                                inserted += u64::from(!sent.duplicate);
+                            }
+                        }
                         top = top.filter(|t| t.id > r.id).or(Some(r));
                     }
                     if let Some(r) = top {

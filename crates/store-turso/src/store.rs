@@ -318,20 +318,21 @@ impl Store {
         Ok(handle)
     }
 
-    /// Rewrites the file from format `from` to format `to` with `script`,
+    /// Rewrites the file to format `to` with the script of the format it
+    /// has (`from`: pairs of an older format and what turns it into `to`),
     /// in one `BEGIN IMMEDIATE` transaction that reads the marker again
     /// first, while no other process has the store open (see
-    /// [`Store::with_exclusive`]). Whether it did (`false`: the file is
-    /// already `to`). A failure rolls everything back.
+    /// [`Store::with_exclusive`]). The marker of the format it was
+    /// rewritten from (`None`: the file is already `to`). A failure rolls
+    /// everything back.
     pub(crate) async fn migrate_exclusive(
         &self,
-        from: &'static Format,
+        from: &[(&'static Format, &'static str)],
         to: &'static Format,
-        script: &'static str,
-    ) -> AlkResult<bool> {
+    ) -> AlkResult<Option<&'static str>> {
         self.with_exclusive(async |conn: &Connection, found: &'static Format| {
             if found.marker == to.marker {
-                return Ok(false);
+                return Ok(None);
             }
             conn.execute("BEGIN IMMEDIATE", ()).await?;
             let upgraded = async {
@@ -344,27 +345,35 @@ impl Store {
                 }
                 drop(rows);
                 if marker.as_deref() == Some(to.marker) {
-                    return Ok(false);
+                    return Ok(None);
                 }
-                if marker.as_deref() != Some(from.marker) {
-                    // Changed under us into something neither format is.
+                let Some((older, script)) = from
+                    .iter()
+                    .find(|(f, _)| marker.as_deref() == Some(f.marker))
+                else {
+                    // Changed under us into something no format here is.
+                    let names: Vec<&str> = from
+                        .iter()
+                        .map(|(f, _)| f.marker)
+                        .chain(std::iter::once(to.marker))
+                        .collect();
                     return Err(Failure::Alk(AlkError::StoreSetup {
                         path: self.path().to_path_buf(),
                         found: marker,
-                        supported: from.marker,
+                        supported: to.marker,
                         message: format!(
-                            "the file is neither {} nor {}; nothing was changed",
-                            from.marker, to.marker
+                            "the file is none of {}; nothing was changed",
+                            names.join(", ")
                         ),
                     }));
-                }
+                };
                 conn.execute_batch(script).await?;
-                Ok::<bool, Failure>(true)
+                Ok::<Option<&'static str>, Failure>(Some(older.marker))
             }
             .await;
             match upgraded {
                 Ok(done) => {
-                    conn.execute(if done { "COMMIT" } else { "ROLLBACK" }, ())
+                    conn.execute(if done.is_some() { "COMMIT" } else { "ROLLBACK" }, ())
                         .await?;
                     Ok(done)
                 }

@@ -1,13 +1,13 @@
-//! `localstream.v2`: durable streams with consumer offsets; the only
-//! implementation of that format (and of `localstream.v1`, which it
-//! upgrades on open).
+//! `localstream.v3`: durable streams with consumer offsets; the only
+//! implementation of that format (and of `localstream.v1` and
+//! `localstream.v2`, which it upgrades on open).
 //!
 //! One file holds every stream of a data directory:
 //! `<data-dir>/stream/localstream.sqlite`. The schema and every statement
 //! of streams and offsets are defined here, once; those of the relay and of
 //! schedules, which the same file holds, in [`crate::relay`] and
-//! [`crate::schedule`]. All are pinned by `docs/formats/localstream.v1.md`
-//! and `docs/formats/localstream.v2.md`.
+//! [`crate::schedule`]. All are pinned by `docs/formats/localstream.v1.md`,
+//! `docs/formats/localstream.v2.md` and `docs/formats/localstream.v3.md`.
 //!
 //! The same file holds the store's transactions: a transaction is one
 //! `BEGIN IMMEDIATE` on this file (`tx.rs`), and its sends to queues wait
@@ -111,6 +111,16 @@ UPDATE meta SET value = 'localstream.v2' WHERE key = 'format';
     };
 }
 
+macro_rules! upgrade_v3 {
+    () => {
+        "\
+ALTER TABLE relay ADD COLUMN unique_key TEXT;       -- NULL: a send without a unique key
+ALTER TABLE relay ADD COLUMN unique_until INTEGER;  -- unix epoch MILLISECONDS; NULL: the key is held while the message is live
+UPDATE meta SET value = 'localstream.v3' WHERE key = 'format';
+"
+    };
+}
+
 /// The DDL of `localstream.v1`.
 pub const DDL: &str = v1_ddl!();
 
@@ -124,6 +134,18 @@ pub const DDL_V2: &str = concat!(v1_ddl!(), upgrade!());
 /// Gives the store its id, once (part of [`UPGRADE`]).
 pub const NEW_STORE_ID: &str = new_store_id!();
 
+/// What turns a `localstream.v2` file into a `localstream.v3` one, in one
+/// `BEGIN IMMEDIATE` transaction.
+pub const UPGRADE_V3: &str = upgrade_v3!();
+
+/// What turns a `localstream.v1` file into a `localstream.v3` one:
+/// [`UPGRADE`], then [`UPGRADE_V3`].
+pub const UPGRADE_V1_V3: &str = concat!(upgrade!(), upgrade_v3!());
+
+/// The DDL of a new `localstream.v3` file: [`DDL`], [`UPGRADE`], then
+/// [`UPGRADE_V3`].
+pub const DDL_V3: &str = concat!(v1_ddl!(), upgrade!(), upgrade_v3!());
+
 /// The `localstream.v1` format (files of it are upgraded when opened).
 pub static FORMAT_V1: Format = Format {
     marker: "localstream.v1",
@@ -132,16 +154,30 @@ pub static FORMAT_V1: Format = Format {
     upgrades: &[],
 };
 
-/// The `localstream.v2` format, which the store opens; a `localstream.v1`
-/// file is upgraded to it in place.
-pub static FORMAT: Format = Format {
+/// The `localstream.v2` format (files of it are upgraded when opened).
+pub static FORMAT_V2: Format = Format {
     marker: "localstream.v2",
     ddl: DDL_V2,
     also: &[],
-    upgrades: &[Upgrade {
-        from: &FORMAT_V1,
-        script: UPGRADE,
-    }],
+    upgrades: &[],
+};
+
+/// The `localstream.v3` format, which the store opens; a `localstream.v1`
+/// or `localstream.v2` file is upgraded to it in place.
+pub static FORMAT: Format = Format {
+    marker: "localstream.v3",
+    ddl: DDL_V3,
+    also: &[],
+    upgrades: &[
+        Upgrade {
+            from: &FORMAT_V1,
+            script: UPGRADE_V1_V3,
+        },
+        Upgrade {
+            from: &FORMAT_V2,
+            script: UPGRADE_V3,
+        },
+    ],
 };
 
 /// Assigns the next offset of a stream (1 for a new stream).
@@ -168,11 +204,13 @@ pub const TRIM: &str = "DELETE FROM events WHERE stream = ?1 AND seq <= ?2";
 pub const INFO: &str = "SELECT (SELECT last_offset FROM streams WHERE stream = ?1), (SELECT MIN(seq) FROM events WHERE stream = ?1)";
 /// Up to `?2` saved offsets of a stream, by consumer (the primary key's
 /// range of the stream).
-pub const CONSUMERS: &str = "SELECT consumer, seq FROM consumer_offsets WHERE stream = ?1 ORDER BY consumer LIMIT ?2";
+pub const CONSUMERS: &str =
+    "SELECT consumer, seq FROM consumer_offsets WHERE stream = ?1 ORDER BY consumer LIMIT ?2";
 
 /// Up to `?2` stream names after `?1` (`''` for the first page), by name:
 /// a range of the primary key of `streams`.
-pub const STREAM_NAMES: &str = "SELECT stream FROM streams WHERE stream > ?1 ORDER BY stream LIMIT ?2";
+pub const STREAM_NAMES: &str =
+    "SELECT stream FROM streams WHERE stream > ?1 ORDER BY stream LIMIT ?2";
 
 /// The store's id: names it in the queues' relay marks.
 pub const STORE_ID: &str = "SELECT value FROM meta WHERE key = 'store_id'";
@@ -193,7 +231,7 @@ pub fn stream_path(data_dir: &Path) -> PathBuf {
 /// A row of `events` that breaks the format.
 fn corrupt(path: &Path, stream: &str, column: &str, found: &Value) -> Failure {
     Failure::Alk(AlkError::Internal(format!(
-        "{}: an event of stream {stream:?} has {found:?} in {column}, which localstream.v2 does not allow; the store is corrupt",
+        "{}: an event of stream {stream:?} has {found:?} in {column}, which localstream.v3 does not allow; the store is corrupt",
         path.display()
     )))
 }
@@ -428,7 +466,7 @@ impl StreamEngine for StreamStore {
                             Value::Text(name) => names.push(name),
                             other => {
                                 return Err(Failure::Alk(AlkError::Internal(format!(
-                                    "{}: the streams table has {other:?} as a stream name, which localstream.v2 does not allow; the store is corrupt",
+                                    "{}: the streams table has {other:?} as a stream name, which localstream.v3 does not allow; the store is corrupt",
                                     path.display()
                                 ))));
                             }
@@ -578,6 +616,75 @@ pub(crate) mod tests {
         assert!(UPGRADE.contains(NEW_STORE_ID));
     }
 
+    const DOC_V3: &str = include_str!("../../../docs/formats/localstream.v3.md");
+
+    #[test]
+    fn the_v3_document_pins_the_ddl_and_every_statement() {
+        use crate::relay::{RELAY_PAGE_V3, RELAY_SEND_UNIQUE};
+        crate::assert_document_pins(
+            "localstream.v3.md",
+            DOC_V3,
+            &[
+                ("DDL_V3", DDL_V3),
+                ("UPGRADE_V3", UPGRADE_V3),
+                ("RELAY_SEND_UNIQUE", RELAY_SEND_UNIQUE),
+                ("RELAY_PAGE_V3", RELAY_PAGE_V3),
+            ],
+        );
+        assert_eq!(DDL_V3, format!("{DDL}{UPGRADE}{UPGRADE_V3}"));
+        assert_eq!(UPGRADE_V1_V3, format!("{UPGRADE}{UPGRADE_V3}"));
+    }
+
+    #[tokio::test]
+    async fn a_v2_stream_file_is_upgraded_on_open_keeping_its_pending_sends() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = stream_path(dir.path());
+        let store_id = {
+            let v2 = open_store(&path, &FORMAT_V2, StoreOptions::default())
+                .await
+                .unwrap();
+            v2.run_immediate(|conn: Connection| {
+                Box::pin(async move {
+                    publish_on(&conn, "s", None, b"one", 10).await?;
+                    exec(
+                        &conn,
+                        "INSERT INTO relay (queue, payload_type, payload_data, priority, due_at, \
+                         created_at) VALUES ('q', 'text', 'pending', 0, 0, 5)",
+                        (),
+                    )
+                    .await?;
+                    Ok(())
+                })
+            })
+            .await
+            .unwrap();
+            let id = sql_rows(&v2, "SELECT value FROM meta WHERE key = 'store_id'").await;
+            v2.close_for_test();
+            id
+        };
+        let s = quiet(dir.path()).await;
+        let marker = sql_rows(&s.store, "SELECT value FROM meta WHERE key = 'format'").await;
+        assert_eq!(marker, ["Text(\"localstream.v3\")"]);
+        assert_eq!(
+            sql_rows(&s.store, "SELECT value FROM meta WHERE key = 'store_id'").await,
+            store_id
+        );
+        assert_eq!(s.read_since("s", 0, 10, 1 << 20).await.unwrap().len(), 1);
+        // The pending send is relayed as it was (by the open), without a
+        // key.
+        let q = s.relay.queues.get("q").await.unwrap();
+        s.relay.relay_queue("q").await.unwrap();
+        assert_eq!(claim_all(&q).await, [text("pending")]);
+        // The same schema as a file made as v3.
+        let fresh_dir = tempfile::tempdir().unwrap();
+        let fresh = quiet(fresh_dir.path()).await;
+        let schema = "SELECT type, name, tbl_name, sql FROM sqlite_schema ORDER BY name";
+        assert_eq!(
+            sql_rows(&s.store, schema).await,
+            sql_rows(&fresh.store, schema).await
+        );
+    }
+
     pub(crate) fn text(s: &str) -> Payload {
         Payload::Text(s.into())
     }
@@ -659,7 +766,7 @@ pub(crate) mod tests {
         assert_eq!(s.get_offset("s", "c").await.unwrap(), Some(1));
         assert_eq!(s.publish("s", None, b"three", 12).await.unwrap(), 3);
         let marker = sql_rows(&s.store, "SELECT value FROM meta WHERE key = 'format'").await;
-        assert_eq!(marker, ["Text(\"localstream.v2\")"]);
+        assert_eq!(marker, ["Text(\"localstream.v3\")"]);
         let id = uuid::Uuid::parse_str(&s.relay.store_id).unwrap();
         assert_eq!(id.get_version_num(), 4);
         // The same schema as a file made as v2.
@@ -691,7 +798,7 @@ pub(crate) mod tests {
         s.store.close_for_test();
         match open_store(&path, &FORMAT_V1, StoreOptions::default()).await {
             Err(AlkError::StoreSetup { found, .. }) => {
-                assert_eq!(found.as_deref(), Some("localstream.v2"))
+                assert_eq!(found.as_deref(), Some("localstream.v3"))
             }
             other => panic!("{other:?}"),
         }

@@ -14,7 +14,7 @@ use turso::Connection;
 
 use crate::gate::WriteGuard;
 use crate::pool::Handle;
-use crate::relay::{Relay, forget_on, relay_send_on};
+use crate::relay::{Relay, forget_on, relay_send_on, relay_send_unique_on};
 use crate::retry::{Failure, exec};
 use crate::store::Store;
 use crate::stream::{StreamStore, publish_on, save_offset_on};
@@ -212,6 +212,36 @@ impl TxEngine for TursoTx {
                 relay_send_on(&conn, queue, p, stamp, now).await?;
             }
             Ok(())
+        })
+        .await?;
+        if !self.sent.iter().any(|q| q == queue) {
+            self.sent.push(queue.to_string());
+        }
+        Ok(())
+    }
+
+    async fn enqueue_unique(
+        &mut self,
+        queue: &str,
+        payload: &Payload,
+        stamp: &Stamp,
+        unique: &alk_store::jobs::Unique,
+        now: i64,
+    ) -> Result<(), TxFailure> {
+        // The key is checked when the message reaches the queue, which
+        // must be localqueue.v3 to hold it. Refusals write nothing.
+        let q = self
+            .relay
+            .queues
+            .get(queue)
+            .await
+            .map_err(TxFailure::Refused)?;
+        q.require_v3("unique sends")
+            .await
+            .map_err(TxFailure::Refused)?;
+        let conn = self.conn.clone();
+        self.op(async move {
+            relay_send_unique_on(&conn, queue, payload, stamp, Some(unique), now).await
         })
         .await?;
         if !self.sent.iter().any(|q| q == queue) {
@@ -428,7 +458,7 @@ pub(crate) mod tests {
     }
 
     #[tokio::test]
-    async fn an_outbox_queue_is_v2_even_when_new_queues_are_v1() {
+    async fn an_outbox_queue_is_v3_even_when_new_queues_are_v1() {
         let dir = tempfile::tempdir().unwrap();
         let v1 = StoreOptions {
             new_queues: NewQueues::V1,
@@ -443,7 +473,7 @@ pub(crate) mod tests {
             QueueStore::open(dir.path(), &backing, v1)
                 .await
                 .unwrap()
-                .is_v2()
+                .is_v3()
                 .await
                 .unwrap()
         );
@@ -457,7 +487,7 @@ pub(crate) mod tests {
         match tx.enqueue("plain", &[text("p")], &plain, 0).await {
             Err(AlkError::InvalidArgument(m)) => {
                 assert!(m.contains("alk-host migrate queue plain"), "{m}");
-                assert!(m.contains("--new-queues v2"), "{m}");
+                assert!(m.contains("without `--new-queues v1`"), "{m}");
                 assert!(!m.contains("use a new queue"), "{m}");
             }
             other => panic!("{other:?}"),
@@ -466,6 +496,49 @@ pub(crate) mod tests {
         assert_eq!(
             outbox.claim_one(None, 0).await.unwrap().unwrap().payload,
             text("m")
+        );
+    }
+
+    #[tokio::test]
+    async fn a_unique_send_in_a_transaction_is_checked_when_it_reaches_the_queue() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = quiet(dir.path()).await;
+        let unique = alk_store::jobs::Unique {
+            key: "k".into(),
+            until: None,
+        };
+        for payload in ["first", "second"] {
+            let mut tx: Box<dyn TxEngine> = Box::new(s.begin_tx().await.unwrap());
+            tx.enqueue_unique("q", &text(payload), &Stamp::plain(5), &unique, 5)
+                .await
+                .unwrap();
+            tx.commit().await.unwrap();
+        }
+        let q = s.relay.queues.get("q").await.unwrap();
+        // The second found the key taken: nothing stored, the row relayed.
+        assert_eq!(claim_all(&q).await, [text("first")]);
+        assert!(s.relay.pending("q").await.unwrap().is_empty());
+        // A v1 queue refuses the send inside the transaction.
+        let v1 = StoreOptions {
+            new_queues: NewQueues::V1,
+            ..StoreOptions::default()
+        };
+        QueueStore::open(dir.path(), "old", v1).await.unwrap();
+        let mut tx: Box<dyn TxEngine> = Box::new(s.begin_tx().await.unwrap());
+        match tx
+            .enqueue_unique("old", &text("x"), &Stamp::plain(5), &unique, 5)
+            .await
+        {
+            Err(TxFailure::Refused(AlkError::InvalidArgument(m))) => {
+                assert!(m.contains("alk-host migrate queue old"), "{m}")
+            }
+            other => panic!("{:?}", other.err().map(|_| "another failure")),
+        }
+        tx.rollback().await;
+        assert!(
+            sql_rows(&s.store, "SELECT id FROM relay WHERE queue = 'old'")
+                .await
+                .is_empty()
         );
     }
 }

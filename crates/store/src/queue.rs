@@ -15,9 +15,9 @@ use crate::jobs::{
     Beat, JobInfo, JobResult, QueueLimits, Retried, RetryDelay, SendOptions, Sent, Stamp, Unique,
     UniqueOptions, error_text, random_word, result_expiry,
 };
-use crate::rate::Taken;
 use crate::limits::{DEFAULT_VISIBILITY_MS, MAX_PAYLOAD_BYTES, MAX_RECEIVE, check_batch};
 use crate::names::check_name;
+use crate::rate::Taken;
 use crate::time::{Clock, after, instant_at};
 use crate::wake::{Check, Wakes, topics};
 
@@ -544,11 +544,7 @@ impl Queue {
 
     /// Waits until some message is due (by `clock`), or `deadline`; true
     /// when one is. A hint: another receiver may take it first.
-    pub async fn wait_due(
-        &self,
-        clock: &dyn Clock,
-        deadline: Option<Instant>,
-    ) -> AlkResult<bool> {
+    pub async fn wait_due(&self, clock: &dyn Clock, deadline: Option<Instant>) -> AlkResult<bool> {
         let found = self
             .wakes
             .wait_for(&self.topic, deadline, || {
@@ -765,7 +761,13 @@ impl Queue {
         let mut found = self.engine.redrive(&known, now).await?.into_iter();
         let out: Vec<Option<u64>> = ids
             .iter()
-            .map(|id| if is_id(*id) { found.next().flatten() } else { None })
+            .map(|id| {
+                if is_id(*id) {
+                    found.next().flatten()
+                } else {
+                    None
+                }
+            })
             .collect();
         if out.iter().any(Option::is_some) {
             self.wakes.signal(&self.topic);
@@ -797,7 +799,10 @@ impl Queue {
         let stamp = Stamp::resolve(options, now)?;
         let unique = Unique::resolve(unique, now)?;
         check_payload(payload)?;
-        let sent = self.engine.send_unique(payload, &stamp, &unique, now).await?;
+        let sent = self
+            .engine
+            .send_unique(payload, &stamp, &unique, now)
+            .await?;
         if !sent.duplicate {
             counters::add(Count::Sent, 1);
             self.wakes.signal(&self.topic);

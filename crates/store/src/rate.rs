@@ -258,7 +258,10 @@ mod tests {
 
     #[test]
     fn take_up_to_grants_what_there_is() {
-        let b = Bucket { tokens: 3, since: 0 };
+        let b = Bucket {
+            tokens: 3,
+            since: 0,
+        };
         let (got, after) = b.take_up_to(&R, 10, 50);
         assert_eq!(got, 3);
         assert_eq!(after.tokens, 0);
@@ -277,7 +280,13 @@ mod tests {
             tokens: 1,
             since: 1_000,
         };
-        assert_eq!(b.at(&R, 500), Bucket { tokens: 1, since: 1_000 });
+        assert_eq!(
+            b.at(&R, 500),
+            Bucket {
+                tokens: 1,
+                since: 1_000
+            }
+        );
         assert_eq!(b.wait_ms(&R, 3, 500), 600);
     }
 
@@ -287,7 +296,10 @@ mod tests {
         for bad in [
             RateLimit { capacity: 0, ..R },
             RateLimit { refill: 0, ..R },
-            RateLimit { interval_ms: 0, ..R },
+            RateLimit {
+                interval_ms: 0,
+                ..R
+            },
             RateLimit {
                 capacity: MAX_CAPACITY + 1,
                 ..R

@@ -15,7 +15,7 @@ wit_bindgen::generate!({
     inline: "
         package alk:guest;
         world guest {
-            include alk:store/imports@0.1.3;
+            include alk:store/imports@0.1.4;
             import wasi:clocks/monotonic-clock@0.2.12;
         }
     ",
@@ -24,6 +24,7 @@ wit_bindgen::generate!({
 });
 
 pub use alk::store::kv;
+pub use alk::store::limiter;
 pub use alk::store::lock;
 pub use alk::store::notify;
 pub use alk::store::outbox;

@@ -16,12 +16,14 @@
 //! after the other, then claims and acks `n` of them one at a time),
 //! `stream-publish`,
 //! `stream-read100`, `stream-replay` (publishes `n` events untimed, then
-//! reads them all from the start in pages of 1,000), `lock-cycle`.
+//! reads them all from the start in pages of 1,000), `lock-cycle`. A queue
+//! op ending in `-rate` runs on a queue whose rate never runs dry, one
+//! ending in `-n3` on a queue whose groups have three in flight at once.
 
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use alk_guest::kv::Bucket;
-use alk_guest::queue::{Payload, Queue, SendOptions};
+use alk_guest::queue::{Payload, Queue, QueueLimits, RateLimit, SendOptions};
 use alk_guest::{lock, stream};
 
 fn wall_us() -> u128 {
@@ -37,6 +39,42 @@ const GROUPS: usize = 100;
 /// `queue-gclaim-<depth>` as `depth`.
 fn group_claim_op(op: &str) -> Option<usize> {
     op.strip_prefix("queue-gclaim-")?.parse().ok()
+}
+
+/// An op with a limits suffix (as `alk-bench`): `<op>-rate` on a queue
+/// whose rate never runs dry, `<op>-n3` on one whose groups have three
+/// messages in flight at once; the op without its suffix, and the limits.
+fn limited_op(op: &str) -> (&str, Option<QueueLimits>) {
+    let plain = QueueLimits {
+        group_concurrency: 1,
+        max_in_flight: None,
+        rate: None,
+        rate_per_group: false,
+    };
+    if let Some(base) = op.strip_suffix("-rate") {
+        let rate = RateLimit {
+            capacity: 1_000_000,
+            refill: 1_000_000,
+            interval_ms: 1,
+        };
+        (
+            base,
+            Some(QueueLimits {
+                rate: Some(rate),
+                ..plain
+            }),
+        )
+    } else if let Some(base) = op.strip_suffix("-n3") {
+        (
+            base,
+            Some(QueueLimits {
+                group_concurrency: 3,
+                ..plain
+            }),
+        )
+    } else {
+        (op, None)
+    }
 }
 
 /// `queue-claim-<batch>-<depth>` as `(batch, depth)`.
@@ -56,6 +94,11 @@ fn main() {
     let text = "x".repeat(100);
     let b = Bucket::open("bench").unwrap();
     let q = Queue::open("bench").unwrap();
+    let (op, limits) = limited_op(op);
+    if let Some(limits) = limits {
+        q.set_limits(limits).unwrap();
+    }
+    let op = &op.to_string();
     // Setup, untimed.
     match op.as_str() {
         "kv-get" => b.set("k", &value, None).unwrap(),

@@ -24,7 +24,7 @@ wit_bindgen::generate!({
     inline: "
         package alk:http-guest;
         world handler {
-            import alk:store/queue@0.1.3;
+            import alk:store/queue@0.1.4;
             import wasi:keyvalue/store@0.2.0-draft2;
             import wasi:keyvalue/atomics@0.2.0-draft2;
             import wasi:http/outgoing-handler@0.2.12;

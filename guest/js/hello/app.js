@@ -1,7 +1,7 @@
 // A small app that remembers: a visit counter kept in an alk bucket, so
 // every run sees what earlier runs (and other processes) wrote.
 
-import { Bucket } from 'alk:store/kv@0.1.3';
+import { Bucket } from 'alk:store/kv@0.1.4';
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();

@@ -34,7 +34,8 @@
 //!   time and acks it, printing `c <group> <payload> <µs>` when the claim
 //!   returned and `a <group> <payload> <µs>` just before the ack (wall
 //!   clock, microseconds); stops after `claims` messages, after `idle-ms`
-//!   without work, or after two minutes in all
+//!   without work, or after two minutes in all. `fair … <hold-ms>` keeps
+//!   each message that long between the two lines
 //! - `send-jobs <q> <count> <tag> <max-attempts>`: sends `<tag>-0` … with
 //!   an attempt limit, in batches, then `sent <count>`
 //! - `jobs <q> <batch> <visibility-ms> <idle-ms> <fail-every>`: claims and
@@ -47,6 +48,25 @@
 //! - `inspect <q> <first-id> <last-id>`: `job <id> <state> <attempt>
 //!   <max-attempts> <payload>` per message (dead ones included), `none <id>`
 //!   for ids with no message
+//! - `limit <q> [--rate CAP/REFILL/INTERVAL_MS] [--group-concurrency N]
+//!   [--max-in-flight M] [--per-group]`: sets the queue's limits (what is
+//!   not given is the default: group concurrency 1, no cap, no rate, a rate
+//!   for the whole queue), then prints them as read back: `limits
+//!   <group-concurrency> <max-in-flight or -> <CAP/REFILL/INTERVAL_MS or ->
+//!   <per-group or queue>`
+//! - `work <q> [--max N] [--visibility-ms V] [--hold-ms H] [--idle-ms I]
+//!   [--count C]` (the form with options): claims up to `N` (default 1)
+//!   messages at a time, following the queue's limits, for `V` ms (default
+//!   30,000); prints `claimed <epoch-ms> <id>,<id>,…` per claim that got
+//!   something, keeps the messages `H` ms (default 0), then acks each,
+//!   printing `acked <epoch-ms> <id>`; rides out store failures as the
+//!   positional `work` does (`error <variant>`); stops after `I` ms
+//!   (default 3,000) of empty claims or once `C` messages are acked,
+//!   printing `done <acked>`
+//! - `send-unique <q> <key> <count> [--for-ms MS]`: sends `<key>-0` …
+//!   `<key>-<count-1>`, each with unique key `<key>` (held `MS` after the
+//!   send when given), riding out store failures; prints `new <n>
+//!   duplicate <m>`
 //!
 //! An alk error is printed as `error: <variant>` with exit status 1.
 
@@ -55,7 +75,10 @@ use std::io::Write;
 use alk_guest::tool::{fail, num};
 use std::time::{Duration, Instant};
 
-use alk_guest::queue::{ClaimOptions, JobState, Message, Payload, Queue, Retried, SendOptions};
+use alk_guest::queue::{
+    ClaimOptions, JobState, Message, Payload, Queue, QueueLimits, RateLimit, Retried, SendOptions,
+    UniqueOptions,
+};
 
 fn options(group: Option<&str>, max_attempts: Option<u32>) -> SendOptions {
     SendOptions {
@@ -66,6 +89,68 @@ fn options(group: Option<&str>, max_attempts: Option<u32>) -> SendOptions {
         backoff_base_ms: None,
         expires_in_ms: None,
         group: group.map(str::to_string),
+    }
+}
+
+fn millis() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+}
+
+/// Options `--name value` and flags `--name` after a command's
+/// positional arguments.
+struct Flags<'a> {
+    args: &'a [&'a str],
+}
+
+impl<'a> Flags<'a> {
+    /// Checks that every argument is one of `with_value` (followed by its
+    /// value) or of `bare`; exits with status 2 otherwise.
+    fn new(args: &'a [&'a str], with_value: &[&str], bare: &[&str]) -> Flags<'a> {
+        let mut i = 0;
+        while i < args.len() {
+            let a = args[i];
+            if with_value.contains(&a) && i + 1 < args.len() {
+                i += 2;
+            } else if bare.contains(&a) {
+                i += 1;
+            } else {
+                eprintln!("queue-tool: unexpected argument {a:?} (or a missing value)");
+                std::process::exit(2);
+            }
+        }
+        Flags { args }
+    }
+
+    fn value(&self, name: &str) -> Option<&'a str> {
+        self.args
+            .iter()
+            .position(|a| *a == name)
+            .and_then(|i| self.args.get(i + 1).copied())
+    }
+
+    fn num(&self, name: &str) -> Option<u64> {
+        self.value(name).map(num)
+    }
+
+    fn has(&self, name: &str) -> bool {
+        self.args.contains(&name)
+    }
+}
+
+/// `CAP/REFILL/INTERVAL_MS`.
+fn rate(spec: &str) -> RateLimit {
+    let parts: Vec<&str> = spec.split('/').collect();
+    let [cap, refill, interval] = parts.as_slice() else {
+        eprintln!("queue-tool: --rate takes CAP/REFILL/INTERVAL_MS, not {spec:?}");
+        std::process::exit(2);
+    };
+    RateLimit {
+        capacity: num(cap) as u32,
+        refill: num(refill) as u32,
+        interval_ms: num(interval),
     }
 }
 
@@ -117,7 +202,7 @@ fn main() {
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
     if a.len() < 2 {
         eprintln!(
-            "usage: queue-tool <send|send-json|receive|ack|nack|purge|produce|consume|hold|drain|work|feed|fill|send-group|fair|send-jobs|jobs|inspect> <queue> …"
+            "usage: queue-tool <send|send-json|receive|ack|nack|purge|produce|consume|hold|drain|work|feed|fill|send-group|fair|send-jobs|jobs|inspect|limit|send-unique> <queue> …"
         );
         std::process::exit(2);
     }
@@ -223,6 +308,122 @@ fn main() {
             }
             writeln!(out, "drained {n}").unwrap();
         }
+        ["limit", _, rest @ ..] => {
+            let f = Flags::new(
+                rest,
+                &["--rate", "--group-concurrency", "--max-in-flight"],
+                &["--per-group"],
+            );
+            let limits = QueueLimits {
+                group_concurrency: f.num("--group-concurrency").unwrap_or(1) as u32,
+                max_in_flight: f.num("--max-in-flight").map(|m| m as u32),
+                rate: f.value("--rate").map(rate),
+                rate_per_group: f.has("--per-group"),
+            };
+            q.set_limits(limits).unwrap_or_else(|e| fail(e));
+            let l = q.limits().unwrap_or_else(|e| fail(e));
+            let cap = l.max_in_flight.map(|m| m.to_string()).unwrap_or("-".into());
+            let rate = l
+                .rate
+                .map(|r| format!("{}/{}/{}", r.capacity, r.refill, r.interval_ms))
+                .unwrap_or("-".into());
+            let per = if l.rate_per_group {
+                "per-group"
+            } else {
+                "queue"
+            };
+            writeln!(out, "limits {} {cap} {rate} {per}", l.group_concurrency).unwrap();
+        }
+        ["work", _, rest @ ..] if rest.first().is_none_or(|a| a.starts_with("--")) => {
+            let f = Flags::new(
+                rest,
+                &[
+                    "--max",
+                    "--visibility-ms",
+                    "--hold-ms",
+                    "--idle-ms",
+                    "--count",
+                ],
+                &[],
+            );
+            let max = f.num("--max").unwrap_or(1) as u32;
+            let vis = f.num("--visibility-ms").unwrap_or(30_000);
+            let hold = Duration::from_millis(f.num("--hold-ms").unwrap_or(0));
+            let idle = Duration::from_millis(f.num("--idle-ms").unwrap_or(3_000));
+            let count = f.num("--count");
+            let mut idle_since = Instant::now();
+            let mut acked = 0u64;
+            while idle_since.elapsed() < idle && count.is_none_or(|c| acked < c) {
+                let got = match q.claim(ClaimOptions {
+                    max,
+                    visibility_ms: Some(vis),
+                    min_priority: None,
+                    wait_ms: None,
+                }) {
+                    Ok(got) => got,
+                    Err(e) => {
+                        writeln!(out, "error {}", variant(&e)).unwrap();
+                        std::thread::sleep(Duration::from_millis(50));
+                        idle_since = Instant::now();
+                        continue;
+                    }
+                };
+                if got.is_empty() {
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
+                }
+                let ids: Vec<String> = got.iter().map(|j| j.id.to_string()).collect();
+                writeln!(out, "claimed {} {}", millis(), ids.join(",")).unwrap();
+                out.flush().unwrap();
+                std::thread::sleep(hold);
+                for j in got {
+                    loop {
+                        match q.ack(&j.receipt) {
+                            Ok(()) => {
+                                writeln!(out, "acked {} {}", millis(), j.id).unwrap();
+                                acked += 1;
+                                break;
+                            }
+                            Err(alk_guest::Error::StaleReceipt(_)) => {
+                                writeln!(out, "stale {}", j.id).unwrap();
+                                break;
+                            }
+                            Err(e) => {
+                                writeln!(out, "error {}", variant(&e)).unwrap();
+                                std::thread::sleep(Duration::from_millis(50));
+                            }
+                        }
+                    }
+                }
+                out.flush().unwrap();
+                idle_since = Instant::now();
+            }
+            writeln!(out, "done {acked}").unwrap();
+        }
+        ["send-unique", _, key, count, rest @ ..] => {
+            let f = Flags::new(rest, &["--for-ms"], &[]);
+            let unique = UniqueOptions {
+                key: key.to_string(),
+                for_ms: f.num("--for-ms"),
+            };
+            let (mut new, mut duplicate) = (0, 0);
+            for i in 0..num(count) {
+                let payload = Payload::Text(format!("{key}-{i}"));
+                loop {
+                    match q.send_unique(&payload, &options(None, None), &unique) {
+                        Ok(sent) if sent.duplicate => duplicate += 1,
+                        Ok(_) => new += 1,
+                        Err(e) => {
+                            writeln!(out, "error {}", variant(&e)).unwrap();
+                            std::thread::sleep(Duration::from_millis(50));
+                            continue;
+                        }
+                    }
+                    break;
+                }
+            }
+            writeln!(out, "new {new} duplicate {duplicate}").unwrap();
+        }
         ["work", _, batch, vis, idle] => {
             let (batch, vis, idle) = (
                 num(batch) as u32,
@@ -309,8 +510,9 @@ fn main() {
             send_tagged(&q, count, tag, Some(&options(None, Some(num(max) as u32))));
             writeln!(out, "sent {count}").unwrap();
         }
-        ["fair", _, vis, claims, idle] => {
+        ["fair", _, vis, claims, idle, hold @ ..] => {
             let (vis, claims, idle) = (num(vis), num(claims), Duration::from_millis(num(idle)));
+            let hold = Duration::from_millis(hold.first().map_or(0, |h| num(h)));
             // A bound only: the work decides when a consumer is done.
             let run = Duration::from_secs(120);
             let start = Instant::now();
@@ -334,6 +536,7 @@ fn main() {
                         Payload::Text(t) | Payload::Json(t) => t.clone(),
                     };
                     writeln!(out, "c {group} {payload} {claimed}").unwrap();
+                    std::thread::sleep(hold);
                     writeln!(out, "a {group} {payload} {}", micros()).unwrap();
                     q.ack(&j.receipt).unwrap_or_else(|e| fail(e));
                 }

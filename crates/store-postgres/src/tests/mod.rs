@@ -1,7 +1,8 @@
 //! The conformance suite on a real server (here), and what only this
 //! engine has, one file per area: migrations and refusals (`schema`),
 //! groups and racing claimers, and agreement with the memory engine
-//! (`queue`), ordering under concurrent publishers (`stream`), exactly one
+//! (`queue`), unique keys, group windows, caps and rates across engines
+//! and the move to version 4 (`jobs`), ordering under concurrent publishers (`stream`), exactly one
 //! winner across connections, the database's clock and wakes between
 //! engines (`engines`), unreachable servers and session settings
 //! (`connect`), sends inside transactions and schedules (`coord`), and
@@ -25,6 +26,7 @@ use crate::{PostgresEngine, PostgresOptions};
 mod connect;
 mod coord;
 mod engines;
+mod jobs;
 mod queue;
 mod schema;
 mod stream;

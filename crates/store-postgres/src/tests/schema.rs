@@ -21,7 +21,7 @@ async fn a_new_schema_gets_the_marker_and_a_second_engine_shares_it() {
         meta,
         [
             ("format".into(), "alk-postgres".into()),
-            ("version".into(), "3".into())
+            ("version".into(), "4".into())
         ]
     );
     let kv_a = Bucket::open(&a, "shared", KvLimits::default())
@@ -42,7 +42,7 @@ async fn newer_and_foreign_schemas_are_refused_untouched() {
         (
             "newer",
             "CREATE TABLE {s}.meta (key text PRIMARY KEY, value text NOT NULL); \
-                   INSERT INTO {s}.meta VALUES ('format', 'alk-postgres'), ('version', '4')"
+                   INSERT INTO {s}.meta VALUES ('format', 'alk-postgres'), ('version', '5')"
                 .into(),
         ),
         (
@@ -80,7 +80,7 @@ async fn newer_and_foreign_schemas_are_refused_untouched() {
             Err(AlkError::StoreSetup {
                 supported, message, ..
             }) => {
-                assert_eq!(supported, "alk-postgres.v3", "{what}");
+                assert_eq!(supported, "alk-postgres.v4", "{what}");
                 assert!(
                     message.contains("schema") || message.contains("newer"),
                     "{what}: {message}"
@@ -136,7 +136,7 @@ async fn a_version_1_schema_migrates_in_place_keeping_messages_and_receipts() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(version, "3");
+    assert_eq!(version, "4");
     let q = Queue::open(&e, "old").await.unwrap();
     let first = q.job(1, 1_000).await.unwrap().unwrap();
     assert_eq!(

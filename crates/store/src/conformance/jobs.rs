@@ -196,10 +196,7 @@ pub async fn jobs_retry_backs_off_and_ends_in_the_dead_letters(engine: &dyn Engi
     );
     // "other" became ready at 20,008, the redriven one at 30,000.
     let again = q.claim(10, Some(100), None, 30_000).await.unwrap();
-    assert_eq!(
-        again.iter().map(|d| d.id).collect::<Vec<_>>(),
-        [other, new]
-    );
+    assert_eq!(again.iter().map(|d| d.id).collect::<Vec<_>>(), [other, new]);
     assert_eq!(again[1].attempt, 1);
     q.fail(&again[1].receipt, "given up", 30_001).await.unwrap();
     assert_eq!(q.purge_dead().await.unwrap(), 1);
@@ -289,10 +286,7 @@ pub async fn jobs_expired_messages_end_in_the_dead_letters(engine: &dyn Engine) 
     );
     assert_eq!(q.sweep_expired(100).await.unwrap(), 1);
     assert_eq!(q.sweep_expired(100).await.unwrap(), 0);
-    assert_eq!(
-        q.job(b, 100).await.unwrap().unwrap().state,
-        JobState::Dead
-    );
+    assert_eq!(q.job(b, 100).await.unwrap().unwrap().state, JobState::Dead);
     // Its holder's late ack finds it gone from the queue.
     q.ack(&got_b[0].receipt).await.unwrap();
     assert_eq!(q.dead_letters(None, 10, 100).await.unwrap().len(), 2);
@@ -331,13 +325,7 @@ pub async fn jobs_cancel_and_fail(engine: &dyn Engine) {
     q.fail(&second.receipt, &"e".repeat(10_000), 22)
         .await
         .unwrap();
-    let kept = q
-        .job(c, 22)
-        .await
-        .unwrap()
-        .unwrap()
-        .last_error
-        .unwrap();
+    let kept = q.job(c, 22).await.unwrap().unwrap().last_error.unwrap();
     assert!(kept.len() <= crate::jobs::MAX_ERROR_BYTES && kept.ends_with('…'));
 }
 
@@ -500,7 +488,10 @@ pub async fn jobs_stats_count_delays_groups_and_dead_letters(engine: &dyn Engine
     let mut claimed = names(&got);
     claimed.sort();
     assert_eq!(claimed, ["doomed", "g1-a", "g2-a"]);
-    let doomed = got.iter().find(|d| names(std::slice::from_ref(d)) == ["doomed"]).unwrap();
+    let doomed = got
+        .iter()
+        .find(|d| names(std::slice::from_ref(d)) == ["doomed"])
+        .unwrap();
     assert!(q.fail(&doomed.receipt, "no", t).await.unwrap());
     let s = q.stats(t).await.unwrap();
     assert_eq!(
@@ -584,23 +575,39 @@ pub async fn jobs_groups_hand_out_up_to_their_concurrency_in_order(engine: &dyn 
     let mut got_names = names(&got);
     got_names.sort();
     assert_eq!(got_names, ["x1", "x2", "x3", "y1"]);
-    assert!(q.claim(100, Some(60_000), None, 1).await.unwrap().is_empty());
+    assert!(
+        q.claim(100, Some(60_000), None, 1)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     let stats = q.stats(1).await.unwrap();
     assert_eq!((stats.in_flight, stats.groups_in_flight), (4, 2));
     // An ack of the second frees a place: the fourth comes next, not the
     // fifth.
-    let x2 = got.iter().find(|d| names(std::slice::from_ref(d)) == ["x2"]).unwrap();
+    let x2 = got
+        .iter()
+        .find(|d| names(std::slice::from_ref(d)) == ["x2"])
+        .unwrap();
     q.ack(&x2.receipt).await.unwrap();
     assert_eq!(
         names(&q.claim(100, Some(60_000), None, 2).await.unwrap()),
         ["x4"]
     );
     // A retried message keeps its place while it waits for its delay.
-    let x1 = got.iter().find(|d| names(std::slice::from_ref(d)) == ["x1"]).unwrap();
+    let x1 = got
+        .iter()
+        .find(|d| names(std::slice::from_ref(d)) == ["x1"])
+        .unwrap();
     q.retry_with(&x1.receipt, "later", RetryDelay::Fixed(100), 3)
         .await
         .unwrap();
-    assert!(q.claim(100, Some(60_000), None, 4).await.unwrap().is_empty());
+    assert!(
+        q.claim(100, Some(60_000), None, 4)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     assert_eq!(
         names(&q.claim(100, Some(60_000), None, 103).await.unwrap()),
         ["x1"]
@@ -628,9 +635,13 @@ pub async fn jobs_max_in_flight_caps_the_queue(engine: &dyn Engine) {
     .unwrap();
     for i in 0..6 {
         q.send(&text(&format!("m{i}")), 0).await.unwrap();
-        q.send_with(&text(&format!("g{i}")), &with(|o| o.group = Some("G".into())), 0)
-            .await
-            .unwrap();
+        q.send_with(
+            &text(&format!("g{i}")),
+            &with(|o| o.group = Some("G".into())),
+            0,
+        )
+        .await
+        .unwrap();
     }
     let first = q.claim(3, Some(100), None, 1).await.unwrap();
     assert_eq!(first.len(), 3);
@@ -666,11 +677,21 @@ pub async fn jobs_unique_sends_store_one_message_per_key(engine: &dyn Engine) {
         key: "order-2".into(),
         for_ms: None,
     };
-    assert!(!q.send_unique(&text("c"), &plain, &other, 1).await.unwrap().duplicate);
+    assert!(
+        !q.send_unique(&text("c"), &plain, &other, 1)
+            .await
+            .unwrap()
+            .duplicate
+    );
     // In flight still holds it.
     let got = q.claim(10, Some(60_000), None, 2).await.unwrap();
     assert_eq!(names(&got), ["a", "c"]);
-    assert!(q.send_unique(&text("d"), &plain, &live, 3).await.unwrap().duplicate);
+    assert!(
+        q.send_unique(&text("d"), &plain, &live, 3)
+            .await
+            .unwrap()
+            .duplicate
+    );
     // Acknowledged: free; the next send is a new message.
     q.ack(&got[0].receipt).await.unwrap();
     let e = q.send_unique(&text("e"), &plain, &live, 4).await.unwrap();
@@ -680,18 +701,32 @@ pub async fn jobs_unique_sends_store_one_message_per_key(engine: &dyn Engine) {
     let got = q.claim(10, Some(60_000), None, 5).await.unwrap();
     assert_eq!(names(&got), ["e"]);
     q.fail(&got[0].receipt, "no", 6).await.unwrap();
-    assert!(!q.send_unique(&text("f"), &plain, &live, 7).await.unwrap().duplicate);
+    assert!(
+        !q.send_unique(&text("f"), &plain, &live, 7)
+            .await
+            .unwrap()
+            .duplicate
+    );
     // A window holds the key past the ack, until it ends.
     let window = UniqueOptions {
         key: "daily".into(),
         for_ms: Some(1_000),
     };
-    let w = q.send_unique(&text("w"), &plain, &window, 10).await.unwrap();
+    let w = q
+        .send_unique(&text("w"), &plain, &window, 10)
+        .await
+        .unwrap();
     let cancelled = q.cancel(w.id).await.unwrap();
     assert!(cancelled);
-    let again = q.send_unique(&text("w2"), &plain, &window, 1_009).await.unwrap();
+    let again = q
+        .send_unique(&text("w2"), &plain, &window, 1_009)
+        .await
+        .unwrap();
     assert_eq!((again.id, again.duplicate), (w.id, true));
-    let after = q.send_unique(&text("w3"), &plain, &window, 1_010).await.unwrap();
+    let after = q
+        .send_unique(&text("w3"), &plain, &window, 1_010)
+        .await
+        .unwrap();
     assert!(!after.duplicate);
     // The options of the send are kept with the message.
     let grouped = UniqueOptions {
@@ -699,7 +734,12 @@ pub async fn jobs_unique_sends_store_one_message_per_key(engine: &dyn Engine) {
         for_ms: None,
     };
     let sent = q
-        .send_unique(&text("g"), &with(|o| o.group = Some("G".into())), &grouped, 20)
+        .send_unique(
+            &text("g"),
+            &with(|o| o.group = Some("G".into())),
+            &grouped,
+            20,
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -813,9 +853,17 @@ pub async fn jobs_completed_results_are_kept_until_their_time(engine: &dyn Engin
     // Deleted before.
     let id2 = q.send(&text("two"), 2_000).await.unwrap();
     let got = q.claim(1, Some(100), None, 2_000).await.unwrap();
-    assert!(q.complete(&got[0].receipt, &text("r2"), None, 2_001).await.unwrap());
+    assert!(
+        q.complete(&got[0].receipt, &text("r2"), None, 2_001)
+            .await
+            .unwrap()
+    );
     assert_eq!(
-        q.result(id2, 2_001 + 86_399_999).await.unwrap().unwrap().payload,
+        q.result(id2, 2_001 + 86_399_999)
+            .await
+            .unwrap()
+            .unwrap()
+            .payload,
         text("r2")
     );
     assert!(q.delete_result(id2, 2_002).await.unwrap());
@@ -824,7 +872,11 @@ pub async fn jobs_completed_results_are_kept_until_their_time(engine: &dyn Engin
     // A sweep deletes the results whose time ran out.
     let id3 = q.send(&text("three"), 3_000).await.unwrap();
     let got = q.claim(1, Some(100), None, 3_000).await.unwrap();
-    assert!(q.complete(&got[0].receipt, &text("r3"), Some(10), 3_000).await.unwrap());
+    assert!(
+        q.complete(&got[0].receipt, &text("r3"), Some(10), 3_000)
+            .await
+            .unwrap()
+    );
     q.sweep_expired(3_010).await.unwrap();
     assert_eq!(q.result(id3, 3_000).await.unwrap(), None);
 }

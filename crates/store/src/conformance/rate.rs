@@ -44,8 +44,16 @@ pub async fn rate_claims_take_one_token_per_message(engine: &dyn Engine) {
         q.send(&text(&format!("m{i}")), 0).await.unwrap();
     }
     let t = 10_000;
-    assert_eq!(q.claim(10, Some(1_000_000), None, t).await.unwrap().len(), 3);
-    assert!(q.claim(10, Some(1_000_000), None, t).await.unwrap().is_empty());
+    assert_eq!(
+        q.claim(10, Some(1_000_000), None, t).await.unwrap().len(),
+        3
+    );
+    assert!(
+        q.claim(10, Some(1_000_000), None, t)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     assert!(
         q.claim(10, Some(1_000_000), None, t + 999)
             .await
@@ -155,7 +163,13 @@ pub async fn rate_throttled_until_names_the_next_token(engine: &dyn Engine) {
     .unwrap();
     q.send(&text("a"), 0).await.unwrap();
     q.send(&text("b"), 0).await.unwrap();
-    assert_eq!(q.claim(5, Some(1_000_000), None, 1_000).await.unwrap().len(), 1);
+    assert_eq!(
+        q.claim(5, Some(1_000_000), None, 1_000)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
     // What the waiting claim asks when due messages were held back.
     let engine_q = engine.queue("rate-throttled").await.unwrap();
     assert_eq!(engine_q.throttled_until(1_000).await.unwrap(), Some(1_500));
@@ -186,7 +200,12 @@ pub async fn rate_per_group_buckets_are_separate(engine: &dyn Engine) {
     let got = q.claim(100, Some(1_000_000), None, 1).await.unwrap();
     let count = |g: Option<&str>| got.iter().filter(|d| d.group.as_deref() == g).count();
     assert_eq!((count(Some("A")), count(Some("B")), count(None)), (2, 2, 2));
-    assert!(q.claim(100, Some(1_000_000), None, 1).await.unwrap().is_empty());
+    assert!(
+        q.claim(100, Some(1_000_000), None, 1)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     // A's bucket taken from by a worker leaves B's alone.
     assert_eq!(
         q.try_take(1, Some("A"), 1_001).await.unwrap(),
@@ -233,11 +252,23 @@ pub async fn rate_racing_claimers_share_one_bucket(engine: &dyn Engine) {
 pub async fn rate_limiters_take_tokens_by_name(engine: &dyn Engine) {
     let l = Limiters::open(engine).await.unwrap();
     let r = rate(5, 5, 60_000);
-    assert_eq!(l.try_take("api", &r, 3, 0).await.unwrap(), Taken::Granted(2));
-    assert_eq!(l.try_take("api", &r, 3, 10).await.unwrap(), Taken::WaitMs(59_990));
-    assert_eq!(l.try_take("api", &r, 2, 10).await.unwrap(), Taken::Granted(0));
+    assert_eq!(
+        l.try_take("api", &r, 3, 0).await.unwrap(),
+        Taken::Granted(2)
+    );
+    assert_eq!(
+        l.try_take("api", &r, 3, 10).await.unwrap(),
+        Taken::WaitMs(59_990)
+    );
+    assert_eq!(
+        l.try_take("api", &r, 2, 10).await.unwrap(),
+        Taken::Granted(0)
+    );
     // Another name is another bucket.
-    assert_eq!(l.try_take("mail", &r, 5, 10).await.unwrap(), Taken::Granted(0));
+    assert_eq!(
+        l.try_take("mail", &r, 5, 10).await.unwrap(),
+        Taken::Granted(0)
+    );
     assert_eq!(
         l.try_take("api", &r, 5, 60_000).await.unwrap(),
         Taken::Granted(0)

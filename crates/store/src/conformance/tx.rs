@@ -327,8 +327,14 @@ pub async fn tx_enqueue_unique_stores_one_message_per_key(engine: &Arc<dyn Engin
         Err(AlkError::InvalidArgument(_))
     ));
     tx.commit().await.unwrap();
-    let after = q.send_unique(&text("third"), &plain, &key, 1_001).await.unwrap();
+    let after = q
+        .send_unique(&text("third"), &plain, &key, 1_001)
+        .await
+        .unwrap();
     assert!(after.duplicate);
     assert_eq!(drain(&q, 1_002).await, ["first"]);
-    assert_eq!(s.read_since("tx-unique-events", 0, 10).await.unwrap().len(), 1);
+    assert_eq!(
+        s.read_since("tx-unique-events", 0, 10).await.unwrap().len(),
+        1
+    );
 }

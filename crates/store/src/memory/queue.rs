@@ -7,14 +7,14 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 
 use super::lock;
-use crate::error::AlkResult;
 use crate::error::AlkError;
+use crate::error::AlkResult;
 use crate::jobs::{
     Beat, EXPIRED_ERROR, JobInfo, JobResult, JobState, QueueLimits, Retried, RetryDelay, Sent,
     Stamp, UNGROUPED_BUCKET, Unique, lapsed_error,
 };
-use crate::rate::{Bucket, Taken, check_take};
 use crate::queue::{AckedBatch, Delivery, Payload, QueueEngine, QueueStats, Receipt, Settled};
+use crate::rate::{Bucket, Taken, check_take};
 
 /// One message of a queue.
 #[derive(Clone)]
@@ -412,7 +412,8 @@ impl QueueEngine for MemQueue {
         let floor = floor.unwrap_or(i32::MIN);
         let claim = CLAIMS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
         // Spelled like a version-4 UUID, as the other engines' claims are.
-        let claim = uuid::Uuid::from_u128(0x0000_0000_0000_4000_8000_0000_0000_0000 | u128::from(claim));
+        let claim =
+            uuid::Uuid::from_u128(0x0000_0000_0000_4000_8000_0000_0000_0000 | u128::from(claim));
         let mut out = Vec::new();
         // Participants of the round in the order they were served; `None`
         // is the lane (the messages without a group).

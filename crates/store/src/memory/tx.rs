@@ -13,6 +13,10 @@ use crate::jobs::{Stamp, Unique};
 use crate::queue::Payload;
 use crate::tx::{TxEngine, TxFailure};
 
+/// A send kept until the commit: queue, payloads, stamp, unique key,
+/// time.
+type PendingSend = (String, Vec<Payload>, Stamp, Option<Unique>, i64);
+
 /// A transaction: works on a copy of the streams, which replaces them at
 /// commit, and keeps its sends until then (held under the streams' lock,
 /// so transactions commit one at a time).
@@ -20,7 +24,7 @@ pub(super) struct MemTx {
     pub(super) guard: OwnedMutexGuard<()>,
     pub(super) state: Arc<Mutex<StreamState>>,
     pub(super) work: StreamState,
-    pub(super) sends: Vec<(String, Vec<Payload>, Stamp, Option<Unique>, i64)>,
+    pub(super) sends: Vec<PendingSend>,
     pub(super) queues: Queues,
 }
 
@@ -69,8 +73,13 @@ impl TxEngine for MemTx {
         stamp: &Stamp,
         now: i64,
     ) -> Result<(), TxFailure> {
-        self.sends
-            .push((queue.to_string(), payloads.to_vec(), stamp.clone(), None, now));
+        self.sends.push((
+            queue.to_string(),
+            payloads.to_vec(),
+            stamp.clone(),
+            None,
+            now,
+        ));
         Ok(())
     }
 

@@ -9,7 +9,7 @@
 // Bindings: `u64` is a BigInt, `option<T>` is `T` or `undefined`, bytes are
 // a Uint8Array, and an alk error is thrown with `payload = {tag, val}`.
 
-import { Bucket } from 'alk:store/kv@0.1.3';
+import { Bucket } from 'alk:store/kv@0.1.4';
 
 const MIB = 1024 * 1024;
 const utf8 = new TextEncoder();

@@ -7,8 +7,21 @@ guest beside it (../rust); ../README.md says what each case expects.
 import time
 
 from alk_store import InvalidArgument, InvalidName, PayloadTooLarge, ReservedName, StaleReceipt
-from alk_store.queue import AckOutcome, DeadLettered, JobState, Json, Queue, Scheduled, Text
-from contract import Contract, ensure, raises
+from alk_store import limiter
+from alk_store.queue import (
+    AckOutcome,
+    DeadLettered,
+    Granted,
+    JobState,
+    Json,
+    Queue,
+    QueueLimits,
+    Scheduled,
+    Text,
+    WaitMs,
+    rate_limit,
+)
+from contract import BAD_NAMES, Contract, ensure, raises
 from wit_world import exports
 
 
@@ -18,6 +31,14 @@ def pause(ms):
 
 def body(m):
     return m.payload.value
+
+
+def ids(jobs):
+    return [j.id for j in jobs]
+
+
+# The limits of a queue that has none set.
+NO_LIMITS = QueueLimits(1, None, None, False)
 
 
 def now_ms():
@@ -458,6 +479,135 @@ def contract():
         s = q.stats()
         ensure((s.dead, s.waiting, s.delayed) == (0, 1, 1), s)
 
+    def group_concurrency_hands_out_n_in_send_order():
+        q = fresh("group-n")
+        ensure(q.limits() == NO_LIMITS, q.limits())
+        q.set_limits(group_concurrency=3)
+        ensure(q.limits() == QueueLimits(3, None, None, False), q.limits())
+        sent = [q.send(f"g{i}", group="g") for i in range(5)]
+        got = q.claim(10)
+        ensure(ids(got) == sent[:3], (ids(got), sent))
+        ensure(q.claim(10) == [])
+        q.ack(got[0].receipt)
+        nxt = q.claim(10)
+        ensure(ids(nxt) == [sent[3]], (ids(nxt), sent))
+
+    def max_in_flight_caps_the_queue():
+        q = fresh("max-in-flight")
+        q.set_limits(max_in_flight=2)
+        limits = QueueLimits(1, 2, None, False)
+        ensure(q.limits() == limits, q.limits())
+        sent = [q.send(f"m{i}") for i in range(4)]
+        got = q.claim(10)
+        ensure(ids(got) == sent[:2], (ids(got), sent))
+        ensure(q.claim(10) == [])
+        q.ack(got[1].receipt)
+        nxt = q.claim(10)
+        ensure(ids(nxt) == [sent[2]], (ids(nxt), sent))
+        raises(InvalidArgument, q.set_limits, max_in_flight=0)
+        ensure(q.limits() == limits, q.limits())
+
+    def rate_limit_grants_capacity_then_waits():
+        q = fresh("rate")
+        raises(InvalidArgument, q.try_take, 1)
+        rate = rate_limit(3, 1, 60_000)
+        q.set_limits(rate=rate)
+        limits = QueueLimits(1, None, rate, False)
+        ensure(q.limits() == limits, q.limits())
+        sent = [q.send(f"r{i}") for i in range(5)]
+        got = q.claim(10)
+        ensure(ids(got) == sent[:3], (ids(got), sent))
+        ensure(q.claim(10) == [])
+        taken = q.try_take(1)
+        ensure(isinstance(taken, WaitMs) and 0 < taken.value <= 60_000, taken)
+        raises(InvalidArgument, q.try_take, 0)
+        raises(InvalidArgument, q.try_take, 4)
+        raises(InvalidArgument, q.set_limits, group_concurrency=0, rate=rate)
+        raises(InvalidArgument, q.set_limits, rate=rate_limit(3, 1, 0))
+        raises(InvalidArgument, q.set_limits, rate_per_group=True)
+        ensure(q.limits() == limits, q.limits())
+
+    def unique_send_returns_the_live_job():
+        q = fresh("unique")
+        first = q.send_unique("a", "k")
+        ensure(not first.duplicate, first)
+        again = q.send_unique("b", "k")
+        ensure(again.duplicate and again.id == first.id, (first, again))
+        got = q.claim(10)
+        ensure(len(got) == 1 and body(got[0]) == "a", got)
+        # In flight, the key is still held.
+        held = q.send_unique("c", "k")
+        ensure(held.duplicate and held.id == first.id, held)
+        q.ack(got[0].receipt)
+        free = q.send_unique("d", "k")
+        ensure(not free.duplicate and free.id > first.id, (first, free))
+        # Held for an hour after the send, whatever becomes of the message.
+        hour = 3_600_000
+        timed = q.send_unique("e", "t", for_ms=hour)
+        ensure(not timed.duplicate, timed)
+        q.cancel(free.id)
+        got = q.claim(10)
+        ensure(ids(got) == [timed.id], got)
+        q.ack(got[0].receipt)
+        after = q.send_unique("f", "t", for_ms=hour)
+        ensure(after.duplicate and after.id == timed.id, (timed, after))
+        ensure(q.claim(10) == [])
+        raises(InvalidArgument, q.send_unique, "g", "")
+        raises(InvalidArgument, q.send_unique, "g", "k" * 257)
+        ensure(q.claim(10) == [])
+
+    def complete_keeps_a_result():
+        q = fresh("results")
+        id = q.send("work")
+        got = q.claim(1)
+        ensure(ids(got) == [id], got)
+        before = now_ms()
+        result = Json('{"pages":3}')
+        ensure(q.complete(got[0].receipt, result) is True)
+        r = q.get_result(id)
+        ensure(r is not None, "no result after complete")
+        ensure(r.id == id and isinstance(r.payload, Json) and body(r) == '{"pages":3}', r)
+        ensure(r.completed_at_ms + 1_000 >= before and r.completed_at_ms <= now_ms() + 1_000, r)
+        ensure(r.expires_at_ms == r.completed_at_ms + 86_400_000, r)
+        # Completing acknowledged the message.
+        ensure(q.get_job(id) is None)
+        ensure(q.claim(10) == [])
+        ensure(q.complete(got[0].receipt, result) is False)
+        ensure(q.delete_result(id) is True)
+        ensure(q.get_result(id) is None)
+        ensure(q.delete_result(id) is False)
+        # An oversized result, or a keep of 0, keeps nothing and leaves the
+        # delivery in flight.
+        id = q.send("more")
+        got = q.claim(1)
+        e = raises(PayloadTooLarge, q.complete, got[0].receipt, "x" * 65_537)
+        ensure(e.size == 65_537 and e.limit == 65_536, e)
+        raises(InvalidArgument, q.complete, got[0].receipt, result, keep_ms=0)
+        ensure(q.get_result(id) is None)
+        ensure(q.get_job(id).state == JobState.IN_FLIGHT)
+        ensure(q.complete(got[0].receipt, "x" * 65_536, keep_ms=60_000) is True)
+        r = q.get_result(id)
+        ensure(r is not None and r.expires_at_ms == r.completed_at_ms + 60_000, r)
+
+    def limiter_take_tokens():
+        name = f"p{nonce}-limiter"
+        rate = rate_limit(2, 1, 60_000)
+        taken = limiter.try_take(name, 1, rate)
+        ensure(isinstance(taken, Granted) and taken.value == 1, taken)
+        taken = limiter.try_take(name, 1, rate)
+        ensure(isinstance(taken, Granted) and taken.value == 0, taken)
+        taken = limiter.try_take(name, 1, rate)
+        ensure(isinstance(taken, WaitMs) and 0 < taken.value <= 60_000, taken)
+        # Buckets are separate by name.
+        other = limiter.Limiter(f"p{nonce}-limiter-2", capacity=2, refill=1, interval_ms=60_000)
+        taken = other.try_take(2)
+        ensure(isinstance(taken, Granted) and taken.value == 0, taken)
+        raises(InvalidArgument, limiter.try_take, name, 0, rate)
+        raises(InvalidArgument, limiter.try_take, name, 3, rate)
+        raises(InvalidArgument, limiter.try_take, name, 1, rate_limit(0, 1, 60_000))
+        for bad in BAD_NAMES:
+            raises(InvalidName, limiter.try_take, bad, 1, rate)
+
     Contract().run([
         open_returns_named_queue,
         receive_on_empty_queue_is_empty,
@@ -503,6 +653,12 @@ def contract():
         groups_take_turns,
         bad_send_options_are_invalid_argument,
         stats_count_messages_by_state,
+        group_concurrency_hands_out_n_in_send_order,
+        max_in_flight_caps_the_queue,
+        rate_limit_grants_capacity_then_waits,
+        unique_send_returns_the_live_job,
+        complete_keeps_a_result,
+        limiter_take_tokens,
     ])
 
 

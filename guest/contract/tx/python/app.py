@@ -135,6 +135,28 @@ def contract():
         later = [body(j) for j in claim_all(q)]
         ensure(later == ["later"], later)
 
+    def enqueue_unique_in_a_transaction_stores_one():
+        n = fresh("unique")
+        q = Queue.open(n)
+        tx = Transaction()
+        tx.enqueue_unique(n, "first", "k")
+        tx.enqueue_unique(n, "second", "k")
+        tx.commit()
+        tx = Transaction()
+        tx.enqueue_unique(n, "third", "k")
+        tx.commit()
+        sent = q.send_unique("fourth", "k")
+        got = claim_all(q)
+        ensure(len(got) == 1 and body(got[0]) == "first", got)
+        ensure(sent.duplicate and sent.id == got[0].id, sent)
+        # A bad key is refused and the transaction goes on.
+        tx = Transaction()
+        raises(InvalidArgument, tx.enqueue_unique, n, "bad", "")
+        tx.enqueue_unique(n, "fifth", "other")
+        tx.commit()
+        got = [body(j) for j in claim_all(q)]
+        ensure(got == ["fifth"], got)
+
     def notify_only_transaction_notifies_at_commit():
         ch = fresh("only-notify")
         listener = notify.listen(ch)
@@ -259,6 +281,7 @@ def contract():
         dropping_an_open_transaction_rolls_it_back,
         refused_operations_keep_the_transaction,
         sent_jobs_keep_their_options,
+        enqueue_unique_in_a_transaction_stores_one,
         notify_only_transaction_notifies_at_commit,
         outbox_names_follow_the_rules,
         outbox_job_is_done_once,

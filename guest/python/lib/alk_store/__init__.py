@@ -1,7 +1,7 @@
 """Python wrappers over the alk:store interfaces for componentize-py guests.
 
 One module per interface: `alk_store.kv`, `queue`, `stream`, `lock`,
-`notify`, `tx`, `outbox` and `schedule`, each importing only its own
+`notify`, `tx`, `outbox`, `schedule` and `limiter`, each importing only its own
 generated bindings (`wit_world.imports.<interface>`), so a guest built
 against a smaller world imports only what it uses. Every call raises its
 error as a subclass of `AlkError` (see `alk_store.errors`), re-exported
@@ -40,7 +40,7 @@ __all__ = [
     "TransactionAborted",
 ]
 
-_INTERFACES = {"kv", "queue", "stream", "lock", "notify", "tx", "outbox", "schedule"}
+_INTERFACES = {"kv", "queue", "stream", "lock", "notify", "tx", "outbox", "schedule", "limiter"}
 
 
 def __getattr__(name):

@@ -12,6 +12,16 @@ A payload is a `Text` or a `Json`; a `str` is sent as `Text`, and any other
 value as `Json` of `json.dumps(value)`. Send options are keyword arguments
 (see `send_options`); records (`Message`, `Job`, `JobInfo`) are the
 generated dataclasses.
+
+Since 0.1.4 a queue can limit its claims and keep results:
+
+    jobs.set_limits(group_concurrency=3, rate=rate_limit(100, 10, 1_000))
+    sent = jobs.send_unique({"invoice": 7}, "invoice-7")
+    if sent.duplicate:
+        ...                              # sent.id is the live message's id
+    for job in jobs.claim(10):
+        jobs.complete(job.receipt, {"pages": 3})
+    jobs.get_result(sent.id)            # a `JobResult`, or `None`
 """
 
 import json
@@ -31,6 +41,14 @@ JobInfo = _q.JobInfo
 JobState = _q.JobState
 QueueStats = _q.QueueStats
 AckOutcome = _q.AckOutcome
+RateLimit = _q.RateLimit
+QueueLimits = _q.QueueLimits
+UniqueOptions = _q.UniqueOptions
+Sent = _q.Sent
+JobResult = _q.JobResult
+# What taking tokens did: `Granted(left)` or `WaitMs(ms)`.
+Granted = _q.Taken_Granted
+WaitMs = _q.Taken_WaitMs
 # What `retry` (and `outbox.failed`) did.
 Scheduled = _q.Retried_Scheduled
 DeadLettered = _q.Retried_DeadLettered
@@ -59,6 +77,18 @@ def send_options(*, priority=None, delay_ms=None, run_at_ms=None, max_attempts=N
     """The `send-options` record; every option defaults to none."""
     return SendOptions(priority, delay_ms, run_at_ms, max_attempts, backoff_base_ms,
                        expires_in_ms, group)
+
+
+def rate_limit(capacity, refill, interval_ms):
+    """The `rate-limit` record: a token bucket holding up to `capacity`
+    tokens that gains `refill` tokens every `interval_ms`."""
+    return RateLimit(capacity, refill, interval_ms)
+
+
+def unique_options(key, *, for_ms=None):
+    """The `unique-options` record: key `key`, held while its message is
+    live, or for `for_ms` after the send when given."""
+    return UniqueOptions(key, for_ms)
 
 
 class Queue(Handle):
@@ -164,6 +194,51 @@ class Queue(Handle):
         `oldest_waiting_enqueued_at_ms` (or `None`), `groups` and
         `groups_in_flight`."""
         return call(self._raw.stats)
+
+    def send_unique(self, body, key, *, for_ms=None, **options):
+        """Sends one message unless unique key `key` is taken: a `Sent` with
+        the new message's id, or with the id of the message holding the key
+        and `duplicate` true (nothing stored). The key is held while the
+        message is live, or for `for_ms` after the send when given.
+        `options` as for `send_options`."""
+        return call(self._raw.send_unique, payload(body), send_options(**options),
+                    unique_options(key, for_ms=for_ms))
+
+    def limits(self):
+        """The queue's limits: a `QueueLimits` with `group_concurrency`,
+        `max_in_flight` (or `None`), `rate` (a `RateLimit` or `None`) and
+        `rate_per_group`."""
+        return call(self._raw.limits)
+
+    def set_limits(self, limits=None, *, group_concurrency=1, max_in_flight=None, rate=None,
+                   rate_per_group=False):
+        """Sets the queue's limits, for every process: a `QueueLimits`, or
+        its fields as keyword arguments (the defaults are those of a queue
+        without limits; `rate` is a `RateLimit`, see `rate_limit`)."""
+        if limits is None:
+            limits = QueueLimits(group_concurrency, max_in_flight, rate, rate_per_group)
+        call(self._raw.set_limits, limits)
+
+    def try_take(self, n, *, group=None):
+        """Takes `n` tokens from the bucket the queue's claims take from (of
+        `group` when the rate applies per group), or none: `Granted(left)`
+        or `WaitMs(ms)`."""
+        return call(self._raw.try_take, n, group)
+
+    def complete(self, receipt, result, *, keep_ms=None):
+        """Acknowledges a delivery and keeps `result` (a payload, as for
+        `send`) for its message for `keep_ms` (default one day); false when
+        the message was already gone."""
+        return call(self._raw.complete, receipt, payload(result), keep_ms)
+
+    def get_result(self, id):
+        """The result kept for message `id`: a `JobResult` with `id`,
+        `payload`, `completed_at_ms` and `expires_at_ms`; or `None`."""
+        return call(self._raw.get_result, id)
+
+    def delete_result(self, id):
+        """Deletes the result of message `id`; false when there was none."""
+        return call(self._raw.delete_result, id)
 
     def subscribe(self):
         """A `wasi:io` pollable, ready when a message may be receivable."""

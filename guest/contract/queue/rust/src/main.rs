@@ -2,8 +2,10 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use alk_guest::limiter;
 use alk_guest::queue::{
-    AckOutcome, ClaimOptions, Job, JobState, Message, Payload, Queue, Retried, SendOptions,
+    AckOutcome, ClaimOptions, Job, JobState, Message, Payload, Queue, QueueLimits, RateLimit,
+    Retried, SendOptions, Taken, UniqueOptions,
 };
 use alk_guest::{Contract, Error, ensure, ensure_matches, ok};
 
@@ -38,6 +40,43 @@ fn take(max: u32) -> ClaimOptions {
         min_priority: None,
         wait_ms: None,
     }
+}
+
+/// The limits of a queue that has none set.
+fn no_limits() -> QueueLimits {
+    QueueLimits {
+        group_concurrency: 1,
+        max_in_flight: None,
+        rate: None,
+        rate_per_group: false,
+    }
+}
+
+/// Whether two queue limits are the same.
+fn same(a: &QueueLimits, b: &QueueLimits) -> bool {
+    let rate = |l: &QueueLimits| l.rate.map(|r| (r.capacity, r.refill, r.interval_ms));
+    (
+        a.group_concurrency,
+        a.max_in_flight,
+        rate(a),
+        a.rate_per_group,
+    ) == (
+        b.group_concurrency,
+        b.max_in_flight,
+        rate(b),
+        b.rate_per_group,
+    )
+}
+
+fn key(k: &str, for_ms: Option<u64>) -> UniqueOptions {
+    UniqueOptions {
+        key: k.into(),
+        for_ms,
+    }
+}
+
+fn ids(jobs: &[Job]) -> Vec<u64> {
+    jobs.iter().map(|j| j.id).collect()
 }
 
 fn now_ms() -> u64 {
@@ -658,8 +697,13 @@ fn main() {
         let q = fresh("stats");
         let empty = ok!(q.stats());
         ensure!(
-            (empty.waiting, empty.delayed, empty.in_flight, empty.dead, empty.groups)
-                == (0, 0, 0, 0, 0)
+            (
+                empty.waiting,
+                empty.delayed,
+                empty.in_flight,
+                empty.dead,
+                empty.groups
+            ) == (0, 0, 0, 0, 0)
                 && empty.oldest_waiting_enqueued_at_ms.is_none(),
             "{empty:?}"
         );
@@ -681,8 +725,14 @@ fn main() {
         ok!(q.send_with(&Payload::Text("g2".into()), &grouped));
         let s = ok!(q.stats());
         ensure!(
-            (s.waiting, s.delayed, s.in_flight, s.dead, s.groups, s.groups_in_flight)
-                == (4, 1, 0, 0, 1, 0),
+            (
+                s.waiting,
+                s.delayed,
+                s.in_flight,
+                s.dead,
+                s.groups,
+                s.groups_in_flight
+            ) == (4, 1, 0, 0, 1, 0),
             "{s:?}"
         );
         ensure!(
@@ -704,11 +754,237 @@ fn main() {
         }
         let s = ok!(q.stats());
         ensure!(
-            (s.waiting, s.delayed, s.in_flight, s.dead, s.groups_in_flight) == (1, 1, 0, 3, 0),
+            (
+                s.waiting,
+                s.delayed,
+                s.in_flight,
+                s.dead,
+                s.groups_in_flight
+            ) == (1, 1, 0, 3, 0),
             "{s:?}"
         );
         ok!(q.purge_dead_letters());
         ensure_matches!(q.stats(), Ok(s) if s.dead == 0 && s.waiting == 1 && s.delayed == 1);
+        Ok(())
+    });
+    c.case("group-concurrency-hands-out-n-in-send-order", || {
+        let q = fresh("group-n");
+        ensure_matches!(q.limits(), Ok(l) if same(&l, &no_limits()));
+        let limits = QueueLimits {
+            group_concurrency: 3,
+            ..no_limits()
+        };
+        ok!(q.set_limits(limits));
+        ensure_matches!(q.limits(), Ok(l) if same(&l, &limits));
+        let g = SendOptions {
+            group: Some("g".into()),
+            ..plain()
+        };
+        let mut sent = Vec::new();
+        for i in 0..5 {
+            sent.push(ok!(q.send_with(&Payload::Text(format!("g{i}")), &g)));
+        }
+        let got = ok!(q.claim(take(10)));
+        ensure!(ids(&got) == sent[..3], "{:?} of {sent:?}", ids(&got));
+        ensure_matches!(q.claim(take(10)), Ok(v) if v.is_empty());
+        ok!(q.ack(&got[0].receipt));
+        let next = ok!(q.claim(take(10)));
+        ensure!(ids(&next) == [sent[3]], "{:?} of {sent:?}", ids(&next));
+        Ok(())
+    });
+    c.case("max-in-flight-caps-the-queue", || {
+        let q = fresh("max-in-flight");
+        let limits = QueueLimits {
+            max_in_flight: Some(2),
+            ..no_limits()
+        };
+        ok!(q.set_limits(limits));
+        ensure_matches!(q.limits(), Ok(l) if same(&l, &limits));
+        let mut sent = Vec::new();
+        for i in 0..4 {
+            sent.push(ok!(q.send(&Payload::Text(format!("m{i}")))));
+        }
+        let got = ok!(q.claim(take(10)));
+        ensure!(ids(&got) == sent[..2], "{:?} of {sent:?}", ids(&got));
+        ensure_matches!(q.claim(take(10)), Ok(v) if v.is_empty());
+        ok!(q.ack(&got[1].receipt));
+        let next = ok!(q.claim(take(10)));
+        ensure!(ids(&next) == [sent[2]], "{:?} of {sent:?}", ids(&next));
+        ensure_matches!(
+            q.set_limits(QueueLimits {
+                max_in_flight: Some(0),
+                ..no_limits()
+            }),
+            Err(Error::InvalidArgument(_))
+        );
+        ensure_matches!(q.limits(), Ok(l) if same(&l, &limits));
+        Ok(())
+    });
+    c.case("rate-limit-grants-capacity-then-waits", || {
+        let q = fresh("rate");
+        ensure_matches!(q.try_take(1, None), Err(Error::InvalidArgument(_)));
+        let rate = RateLimit {
+            capacity: 3,
+            refill: 1,
+            interval_ms: 60_000,
+        };
+        let limits = QueueLimits {
+            rate: Some(rate),
+            ..no_limits()
+        };
+        ok!(q.set_limits(limits));
+        ensure_matches!(q.limits(), Ok(l) if same(&l, &limits));
+        let mut sent = Vec::new();
+        for i in 0..5 {
+            sent.push(ok!(q.send(&Payload::Text(format!("r{i}")))));
+        }
+        let got = ok!(q.claim(take(10)));
+        ensure!(ids(&got) == sent[..3], "{:?} of {sent:?}", ids(&got));
+        ensure_matches!(q.claim(take(10)), Ok(v) if v.is_empty());
+        ensure_matches!(q.try_take(1, None), Ok(Taken::WaitMs(ms)) if ms > 0 && ms <= 60_000);
+        ensure_matches!(q.try_take(0, None), Err(Error::InvalidArgument(_)));
+        ensure_matches!(q.try_take(4, None), Err(Error::InvalidArgument(_)));
+        ensure_matches!(
+            q.set_limits(QueueLimits {
+                group_concurrency: 0,
+                ..limits
+            }),
+            Err(Error::InvalidArgument(_))
+        );
+        ensure_matches!(
+            q.set_limits(QueueLimits {
+                rate: Some(RateLimit {
+                    interval_ms: 0,
+                    ..rate
+                }),
+                ..limits
+            }),
+            Err(Error::InvalidArgument(_))
+        );
+        ensure_matches!(
+            q.set_limits(QueueLimits {
+                rate_per_group: true,
+                ..no_limits()
+            }),
+            Err(Error::InvalidArgument(_))
+        );
+        ensure_matches!(q.limits(), Ok(l) if same(&l, &limits));
+        Ok(())
+    });
+    c.case("unique-send-returns-the-live-job", || {
+        let q = fresh("unique");
+        let first = ok!(q.send_unique(&Payload::Text("a".into()), &plain(), &key("k", None)));
+        ensure!(!first.duplicate, "{first:?}");
+        let again = ok!(q.send_unique(&Payload::Text("b".into()), &plain(), &key("k", None)));
+        ensure!(
+            again.duplicate && again.id == first.id,
+            "{first:?} then {again:?}"
+        );
+        let got = ok!(q.claim(take(10)));
+        ensure!(got.len() == 1 && job_text(&got[0]) == "a", "{got:?}");
+        // In flight, the key is still held.
+        let held = ok!(q.send_unique(&Payload::Text("c".into()), &plain(), &key("k", None)));
+        ensure!(held.duplicate && held.id == first.id, "{held:?}");
+        ok!(q.ack(&got[0].receipt));
+        let free = ok!(q.send_unique(&Payload::Text("d".into()), &plain(), &key("k", None)));
+        ensure!(
+            !free.duplicate && free.id > first.id,
+            "{first:?} then {free:?}"
+        );
+        // Held for an hour after the send, whatever becomes of the message.
+        let hour = Some(3_600_000);
+        let timed = ok!(q.send_unique(&Payload::Text("e".into()), &plain(), &key("t", hour)));
+        ensure!(!timed.duplicate, "{timed:?}");
+        ok!(q.cancel(free.id));
+        let got = ok!(q.claim(take(10)));
+        ensure!(ids(&got) == [timed.id], "{got:?}");
+        ok!(q.ack(&got[0].receipt));
+        let after = ok!(q.send_unique(&Payload::Text("f".into()), &plain(), &key("t", hour)));
+        ensure!(
+            after.duplicate && after.id == timed.id,
+            "{timed:?} then {after:?}"
+        );
+        ensure_matches!(q.claim(take(10)), Ok(v) if v.is_empty());
+        ensure_matches!(
+            q.send_unique(&Payload::Text("g".into()), &plain(), &key("", None)),
+            Err(Error::InvalidArgument(_))
+        );
+        ensure_matches!(
+            q.send_unique(
+                &Payload::Text("g".into()),
+                &plain(),
+                &key(&"k".repeat(257), None)
+            ),
+            Err(Error::InvalidArgument(_))
+        );
+        ensure_matches!(q.claim(take(10)), Ok(v) if v.is_empty());
+        Ok(())
+    });
+    c.case("complete-keeps-a-result", || {
+        let q = fresh("results");
+        let id = ok!(q.send(&Payload::Text("work".into())));
+        let got = ok!(q.claim(take(1)));
+        ensure!(ids(&got) == [id], "{got:?}");
+        let before = now_ms();
+        let result = Payload::Json("{\"pages\":3}".into());
+        ensure_matches!(q.complete(&got[0].receipt, &result, None), Ok(true));
+        let r = ok!(q.get_result(id)).ok_or("no result after complete")?;
+        ensure!(
+            r.id == id && matches!(&r.payload, Payload::Json(t) if t == "{\"pages\":3}"),
+            "{r:?}"
+        );
+        ensure!(
+            r.completed_at_ms + 1_000 >= before && r.completed_at_ms <= now_ms() + 1_000,
+            "{r:?}"
+        );
+        ensure!(r.expires_at_ms == r.completed_at_ms + 86_400_000, "{r:?}");
+        // Completing acknowledged the message.
+        ensure_matches!(q.get_job(id), Ok(None));
+        ensure_matches!(q.claim(take(10)), Ok(v) if v.is_empty());
+        ensure_matches!(q.complete(&got[0].receipt, &result, None), Ok(false));
+        ensure_matches!(q.delete_result(id), Ok(true));
+        ensure_matches!(q.get_result(id), Ok(None));
+        ensure_matches!(q.delete_result(id), Ok(false));
+        // An oversized result, or a keep of 0, keeps nothing and leaves the
+        // delivery in flight.
+        let id = ok!(q.send(&Payload::Text("more".into())));
+        let got = ok!(q.claim(take(1)));
+        ensure_matches!(
+            q.complete(&got[0].receipt, &Payload::Text("x".repeat(65_537)), None),
+            Err(Error::PayloadTooLarge(t)) if t.size == 65_537 && t.limit == 65_536
+        );
+        ensure_matches!(
+            q.complete(&got[0].receipt, &result, Some(0)),
+            Err(Error::InvalidArgument(_))
+        );
+        ensure_matches!(q.get_result(id), Ok(None));
+        ensure_matches!(q.get_job(id), Ok(Some(j)) if j.state == JobState::InFlight);
+        ensure_matches!(q.complete(&got[0].receipt, &Payload::Text("x".repeat(65_536)), Some(60_000)), Ok(true));
+        ensure_matches!(q.get_result(id), Ok(Some(r)) if r.expires_at_ms == r.completed_at_ms + 60_000);
+        Ok(())
+    });
+    c.case("limiter-take-tokens", || {
+        let name = format!("c{nonce}-limiter");
+        let rate = RateLimit {
+            capacity: 2,
+            refill: 1,
+            interval_ms: 60_000,
+        };
+        ensure_matches!(limiter::try_take(&name, 1, rate), Ok(Taken::Granted(1)));
+        ensure_matches!(limiter::try_take(&name, 1, rate), Ok(Taken::Granted(0)));
+        ensure_matches!(limiter::try_take(&name, 1, rate), Ok(Taken::WaitMs(ms)) if ms > 0 && ms <= 60_000);
+        // Buckets are separate by name.
+        let other = format!("c{nonce}-limiter-2");
+        ensure_matches!(limiter::try_take(&other, 2, rate), Ok(Taken::Granted(0)));
+        ensure_matches!(limiter::try_take(&name, 0, rate), Err(Error::InvalidArgument(_)));
+        ensure_matches!(limiter::try_take(&name, 3, rate), Err(Error::InvalidArgument(_)));
+        ensure_matches!(
+            limiter::try_take(&name, 1, RateLimit { capacity: 0, ..rate }),
+            Err(Error::InvalidArgument(_))
+        );
+        for bad in &alk_guest::bad_names() {
+            ensure_matches!(limiter::try_take(bad, 1, rate), Err(Error::InvalidName(_)));
+        }
         Ok(())
     });
     c.finish();

@@ -4,7 +4,9 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use alk_guest::outbox::Outbox;
-use alk_guest::queue::{ClaimOptions, Job, JobState, Payload, Queue, Retried, SendOptions};
+use alk_guest::queue::{
+    ClaimOptions, Job, JobState, Payload, Queue, Retried, SendOptions, UniqueOptions,
+};
 use alk_guest::schedule::{self, ScheduleError};
 use alk_guest::tx::Transaction;
 use alk_guest::{Contract, Error, bad_names, ensure, ensure_matches, notify, ok, stream};
@@ -212,6 +214,43 @@ fn main() {
         );
         pause(100);
         ensure_matches!(claim_all(&q), Ok(v) if v.len() == 1 && body(&v[0]) == "later");
+        Ok(())
+    });
+    c.case("enqueue-unique-in-a-transaction-stores-one", || {
+        let n = fresh("unique");
+        let q = ok!(Queue::open(&n));
+        let once = UniqueOptions {
+            key: "k".into(),
+            for_ms: None,
+        };
+        let tx = Transaction::new();
+        ok!(tx.enqueue_unique(&n, &text("first"), &plain(), &once));
+        ok!(tx.enqueue_unique(&n, &text("second"), &plain(), &once));
+        ok!(tx.commit());
+        let tx = Transaction::new();
+        ok!(tx.enqueue_unique(&n, &text("third"), &plain(), &once));
+        ok!(tx.commit());
+        let sent = ok!(q.send_unique(&text("fourth"), &plain(), &once));
+        let got = ok!(claim_all(&q));
+        ensure!(got.len() == 1 && body(&got[0]) == "first", "{got:?}");
+        ensure!(sent.duplicate && sent.id == got[0].id, "{sent:?}");
+        // A bad key is refused and the transaction goes on.
+        let tx = Transaction::new();
+        let empty = UniqueOptions {
+            key: String::new(),
+            for_ms: None,
+        };
+        ensure_matches!(
+            tx.enqueue_unique(&n, &text("bad"), &plain(), &empty),
+            Err(Error::InvalidArgument(_))
+        );
+        let other = UniqueOptions {
+            key: "other".into(),
+            for_ms: None,
+        };
+        ok!(tx.enqueue_unique(&n, &text("fifth"), &plain(), &other));
+        ok!(tx.commit());
+        ensure_matches!(claim_all(&q), Ok(v) if v.len() == 1 && body(&v[0]) == "fifth");
         Ok(())
     });
     c.case("notify-only-transaction-notifies-at-commit", || {

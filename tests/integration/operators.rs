@@ -7,7 +7,8 @@ use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use alk_host::store::jobs::SendOptions;
+use alk_host::store::jobs::{QueueLimits, SendOptions};
+use alk_host::store::rate::RateLimit;
 use alk_host::store::kv::Bucket;
 use alk_host::store::lock::Locks;
 use alk_host::store::queue::{Payload, Queue};
@@ -51,6 +52,19 @@ pub fn populate(store: &Store) {
             .unwrap();
         let got = q.claim(1, None, None, t).await.unwrap();
         assert!(q.fail(&got[0].receipt, "no", t).await.unwrap());
+        // Limits that hold nothing back here, for the tools to show.
+        q.set_limits(&QueueLimits {
+            group_concurrency: 2,
+            max_in_flight: Some(50),
+            rate: Some(RateLimit {
+                capacity: 100,
+                refill: 10,
+                interval_ms: 1_000,
+            }),
+            rate_per_group: false,
+        })
+        .await
+        .unwrap();
         let s = Streams::open(&*engine, StreamLimits::default())
             .await
             .unwrap();
@@ -182,6 +196,21 @@ fn inspect_shows_every_store_and_changes_none(store: &Store) {
         .map(|j| j["state"].as_str().unwrap())
         .collect();
     assert_eq!(states, ["waiting", "waiting", "delayed"], "{live}");
+    assert_eq!(
+        live["limits"],
+        serde_json::json!({
+            "group_concurrency": 2,
+            "max_in_flight": 50,
+            "rate": {"capacity": 100, "refill": 10, "interval_ms": 1000},
+            "rate_per_group": false,
+        }),
+        "{live}"
+    );
+    let tables = text(&inspect(store, &["queue", "orders"]).stdout);
+    assert!(
+        tables.contains("limits: 2 of a group in flight at once, at most 50 in flight, 10 claims per 1000 ms, 100 at once"),
+        "{tables}"
+    );
     let dead = inspect_json(store, &["queue", "orders", "--dead", "--json"]);
     assert_eq!(dead["dead_letters"][0]["payload"]["text"], "a", "{dead}");
     assert_eq!(dead["dead_letters"][0]["last_error"], "no", "{dead}");

@@ -32,7 +32,9 @@ use wasmtime_wasi_http::io::TokioIo;
 
 use super::run::block_on;
 use super::store::StoreArgs;
-use super::view::{self, job_json, now_ms, stats_json, stream_json, value_json};
+use super::view::{
+    self, job_json, limits_json, now_ms, stats_json, stream_json, value_json,
+};
 
 /// The page, compiled into the binary.
 const PAGE: &str = include_str!("dashboard.html");
@@ -355,6 +357,7 @@ async fn queue_page(engine: &Arc<dyn Engine>, q: &[(String, String)]) -> Respons
         };
         let now = now_ms();
         let stats = queue.stats(now).await?;
+        let limits = queue.limits().await?;
         let jobs = if dead {
             queue.dead_letters(after, 100, now).await?
         } else {
@@ -364,6 +367,7 @@ async fn queue_page(engine: &Arc<dyn Engine>, q: &[(String, String)]) -> Respons
             "queue": name,
             "now_ms": now,
             "stats": stats_json(&stats),
+            "limits": limits_json(&limits),
             "dead": dead,
             "jobs": jobs.iter().map(job_json).collect::<Vec<_>>(),
             "next_after": (jobs.len() == 100).then(|| jobs.last().map(|j| j.id)).flatten(),

@@ -11,8 +11,8 @@ use serde_json::{Value, json};
 use super::run::block_on;
 use super::store::{StoreArgs, err};
 use super::view::{
-    self, ago, job_json, now_ms, payload_json, state_name, stats_json, stream_json, table, until,
-    value_json,
+    self, ago, job_json, limits_json, limits_text, now_ms, payload_json, state_name, stats_json,
+    stream_json, table, until, value_json,
 };
 
 /// Show what the stores hold: every store with its figures, or one queue,
@@ -123,6 +123,7 @@ impl InspectCommand {
                 let q = Queue::open(&*engine, &name).await.map_err(err)?;
                 let now = now_ms();
                 let stats = q.stats(now).await.map_err(err)?;
+                let limits = q.limits().await.map_err(err)?;
                 let jobs = if dead {
                     q.dead_letters(after, limit, now).await
                 } else {
@@ -132,6 +133,7 @@ impl InspectCommand {
                 let doc = json!({
                     "queue": name,
                     "stats": stats_json(&stats),
+                    "limits": limits_json(&limits),
                     if dead { "dead_letters" } else { "jobs" }: jobs.iter().map(job_json).collect::<Vec<_>>(),
                     "next_after": (jobs.len() == limit as usize).then(|| jobs.last().map(|j| j.id)).flatten(),
                 });
@@ -159,7 +161,7 @@ impl InspectCommand {
                             format!("{}/{}", stats.groups_in_flight, stats.groups),
                         ]],
                     );
-                    out.push('\n');
+                    out.push_str(&format!("limits: {}\n\n", limits_text(&limits)));
                     let rows = jobs
                         .iter()
                         .map(|j| {

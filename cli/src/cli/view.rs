@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use alk_host::Engine;
-use alk_host::store::jobs::{JobInfo, JobState};
+use alk_host::store::jobs::{JobInfo, JobState, QueueLimits};
 use alk_host::store::kv::Bucket;
 use alk_host::store::lock::Holder;
 use alk_host::store::queue::{Payload, Queue, QueueStats};
@@ -110,6 +110,40 @@ pub(super) fn stats_json(s: &QueueStats) -> Value {
         "groups": s.groups,
         "groups_in_flight": s.groups_in_flight,
     })
+}
+
+pub(super) fn limits_json(l: &QueueLimits) -> Value {
+    json!({
+        "group_concurrency": l.group_concurrency,
+        "max_in_flight": l.max_in_flight,
+        "rate": l.rate.map(|r| json!({
+            "capacity": r.capacity,
+            "refill": r.refill,
+            "interval_ms": r.interval_ms,
+        })),
+        "rate_per_group": l.rate_per_group,
+    })
+}
+
+/// A queue's limits in words.
+pub(super) fn limits_text(l: &QueueLimits) -> String {
+    let mut parts = vec![format!(
+        "{} of a group in flight at once",
+        l.group_concurrency
+    )];
+    if let Some(m) = l.max_in_flight {
+        parts.push(format!("at most {m} in flight"));
+    }
+    if let Some(r) = l.rate {
+        parts.push(format!(
+            "{} claims per {} ms, {} at once{}",
+            r.refill,
+            r.interval_ms,
+            r.capacity,
+            if l.rate_per_group { ", per group" } else { "" }
+        ));
+    }
+    parts.join(", ")
 }
 
 pub(super) fn stream_json(name: &str, i: &StreamInfo) -> Value {

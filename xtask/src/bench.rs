@@ -517,15 +517,14 @@ fn limited_rows(b: &Bench) -> Result<Vec<Row>> {
     )
 }
 
-/// The title and note of the queue-limits table.
-const LIMITS_TITLE: &str = "Queue limits — one process, relaxed durability";
-const LIMITS_NOTE: &str = "The same claims on a queue with limits (`alk:store@0.1.4`), each measured right after its plain row in the same run: `-rate` rows run on a queue whose rate never runs dry (a million tokens, a million more every millisecond), so they show what reading and writing the bucket's row costs a claim, not what a rate holds back; the `of 3 in flight` row on a queue whose groups have three messages in flight at once. Stock SQLite has no such rows.";
-
-/// `cargo xtask bench limits`: measures only the queue-limits rows and
-/// puts them in place of their table in `docs/benchmarks.md` (before the
-/// Postgres section when there is none yet), saying when they were
-/// measured.
-pub fn run_limits(root: &Path, host_bin: &Path, native: &Path, postgres_url: &str) -> Result<()> {
+/// Runs `f` with the benchmark's tools, the compilation cache of the bench
+/// guest warmed first so that no measured run includes compiling.
+fn with_bench<T>(
+    host_bin: &Path,
+    native: &Path,
+    postgres_url: &str,
+    f: impl FnOnce(&Bench) -> Result<T>,
+) -> Result<T> {
     let host = Host {
         bin: host_bin,
         guests: crate::target_dir().join("guests"),
@@ -541,7 +540,19 @@ pub fn run_limits(root: &Path, host_bin: &Path, native: &Path, postgres_url: &st
         .arg(crate::target_dir().join("bench-cache"))
         .arg(host.guests.join("bench-guest.wasm"))
         .output();
-    let rows = limited_rows(&b)?;
+    f(&b)
+}
+
+/// The title and note of the queue-limits table.
+const LIMITS_TITLE: &str = "Queue limits — one process, relaxed durability";
+const LIMITS_NOTE: &str = "The same claims on a queue with limits (`alk:store@0.1.4`), each measured right after its plain row in the same run: `-rate` rows run on a queue whose rate never runs dry (a million tokens, a million more every millisecond), so they show what reading and writing the bucket's row costs a claim, not what a rate holds back; the `of 3 in flight` row on a queue whose groups have three messages in flight at once. Stock SQLite has no such rows.";
+
+/// `cargo xtask bench limits`: measures only the queue-limits rows and
+/// puts them in place of their table in `docs/benchmarks.md` (before the
+/// Postgres section when there is none yet), saying when they were
+/// measured.
+pub fn run_limits(root: &Path, host_bin: &Path, native: &Path, postgres_url: &str) -> Result<()> {
+    let rows = with_bench(host_bin, native, postgres_url, limited_rows)?;
     let mut table = String::new();
     let note = format!(
         "{LIMITS_NOTE} These rows were measured on {} by `cargo xtask bench limits`, apart from the rest of this file.",
@@ -784,23 +795,14 @@ pub fn run(
     wasmtime: &Path,
     postgres_url: &str,
 ) -> Result<()> {
-    let host = Host {
-        bin: host_bin,
-        guests: crate::target_dir().join("guests"),
-    };
-    let b = Bench {
-        host: &host,
-        native: native.to_path_buf(),
-        postgres_url: postgres_url.to_string(),
-    };
-    // Warm the compilation cache so no operation run includes compiling.
-    let _ = Command::new(host_bin)
-        .arg("compile")
-        .arg("--cache-dir")
-        .arg(crate::target_dir().join("bench-cache"))
-        .arg(host.guests.join("bench-guest.wasm"))
-        .output();
+    with_bench(host_bin, native, postgres_url, |b| {
+        run_with(root, host_bin, wasmtime, b)
+    })
+}
 
+/// [`run`] with its tools.
+fn run_with(root: &Path, host_bin: &Path, wasmtime: &Path, b: &Bench) -> Result<()> {
+    let (host, native) = (b.host, b.native.as_path());
     let postgres = postgres_rows(&b)?;
     let kv_specs = [
         ("kv get", "kv-get", 20_000),
@@ -1302,7 +1304,7 @@ pub fn run(
         native,
         wasmtime,
         &host.guests,
-        postgres_url,
+        &b.postgres_url,
     )?);
     let path = root.join("docs/benchmarks.md");
     std::fs::write(&path, md).map_err(|e| e.to_string())?;

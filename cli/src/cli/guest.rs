@@ -63,7 +63,7 @@ pub struct GuestArgs {
 
     /// The format of queue files this host creates. `v3`: every job option
     /// (priorities, delays, retries, dead letters, groups), queue limits,
-    /// unique sends and results (`v2` is taken to mean it too). `v1`: plain
+    /// unique sends and results. `v1`: plain
     /// messages only, for a data directory shared with a program that reads
     /// only `localqueue.v1`. Existing queue files keep their format; move a
     /// v1 or v2 queue to v3 with `alk-host migrate queue NAME`.
@@ -157,8 +157,9 @@ fn bucket_name(name: &str) -> Result<String, String> {
 /// `--new-queues` values.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 enum NewQueuesArg {
+    // No `v2`: hosts older than `localqueue.v3` read v2 files, and one
+    // that quietly made v3 files for `v2` would lock them out.
     /// `localqueue.v3`, the newest format.
-    #[value(alias = "v2")]
     V3,
     /// `localqueue.v1`, plain messages only.
     V1,

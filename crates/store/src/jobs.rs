@@ -202,7 +202,7 @@ impl QueueLimits {
             rate.check()?;
         } else if self.rate_per_group {
             return Err(AlkError::InvalidArgument(
-                "rate-per-group needs a rate".into(),
+                "rate-per-group needs a rate: give rate too, or leave rate-per-group false".into(),
             ));
         }
         Ok(())

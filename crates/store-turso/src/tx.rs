@@ -88,6 +88,32 @@ pub(crate) struct TursoTx {
 impl TursoTx {
     /// Runs one operation of the transaction; an engine failure (or panic)
     /// rolls the transaction back.
+    /// Opens (making it, if new) the queue a send of this transaction
+    /// will be relayed to, and refuses (writing nothing) unless it is
+    /// `localqueue.v3` (`v3`) or at least v2: what `what` needs.
+    async fn relay_to(&self, queue: &str, v3: bool, what: &str) -> Result<(), TxFailure> {
+        let q = self
+            .relay
+            .queues
+            .get(queue)
+            .await
+            .map_err(TxFailure::Refused)?;
+        let ready = if v3 {
+            q.require_v3(what).await
+        } else {
+            q.require_v2(what).await
+        };
+        ready.map_err(TxFailure::Refused)
+    }
+
+    /// Remembers that the transaction sent to `queue` (its relay runs
+    /// after the commit).
+    fn mark_sent(&mut self, queue: &str) {
+        if !self.sent.iter().any(|q| q == queue) {
+            self.sent.push(queue.to_string());
+        }
+    }
+
     async fn op<T>(
         &mut self,
         op: impl std::future::Future<Output = Result<T, Failure>>,
@@ -197,15 +223,7 @@ impl TxEngine for TursoTx {
         // The queue must be able to take the messages when they are
         // relayed: opened (made, if new) and localqueue.v2. Refusals write
         // nothing.
-        let q = self
-            .relay
-            .queues
-            .get(queue)
-            .await
-            .map_err(TxFailure::Refused)?;
-        q.require_v2("transactional sends")
-            .await
-            .map_err(TxFailure::Refused)?;
+        self.relay_to(queue, false, "transactional sends").await?;
         let conn = self.conn.clone();
         self.op(async move {
             for p in payloads {
@@ -214,9 +232,7 @@ impl TxEngine for TursoTx {
             Ok(())
         })
         .await?;
-        if !self.sent.iter().any(|q| q == queue) {
-            self.sent.push(queue.to_string());
-        }
+        self.mark_sent(queue);
         Ok(())
     }
 
@@ -230,23 +246,13 @@ impl TxEngine for TursoTx {
     ) -> Result<(), TxFailure> {
         // The key is checked when the message reaches the queue, which
         // must be localqueue.v3 to hold it. Refusals write nothing.
-        let q = self
-            .relay
-            .queues
-            .get(queue)
-            .await
-            .map_err(TxFailure::Refused)?;
-        q.require_v3("unique sends")
-            .await
-            .map_err(TxFailure::Refused)?;
+        self.relay_to(queue, true, "unique sends").await?;
         let conn = self.conn.clone();
         self.op(async move {
             relay_send_unique_on(&conn, queue, payload, stamp, Some(unique), now).await
         })
         .await?;
-        if !self.sent.iter().any(|q| q == queue) {
-            self.sent.push(queue.to_string());
-        }
+        self.mark_sent(queue);
         Ok(())
     }
 

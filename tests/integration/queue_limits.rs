@@ -54,10 +54,35 @@ fn with_queue<T>(d: &Store, name: &str, f: impl AsyncFnOnce(&Queue) -> T) -> T {
     })
 }
 
+/// Starts `alk-host run <guest> --durability <durability> -- <args…>` on
+/// the store, with stdout piped.
+fn spawn_at(d: &Store, durability: &str, args: &[&str]) -> Child {
+    alk_host()
+        .arg("run")
+        .arg(guest("queue-tool"))
+        .args(d.store_args())
+        .args(["--durability", durability, "--"])
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn alk-host")
+}
+
 const CAPACITY: u32 = 20;
 const REFILL: u32 = 10;
 const INTERVAL_MS: u64 = 250;
 const RATE_RUN: Duration = Duration::from_secs(10);
+
+fn a_rate_holds_across_four_consumer_processes(d: &Store) {
+    rate_across_four_consumers(d, "full", RATE_RUN);
+}
+
+/// The same at relaxed durability (for 5 s): a commit that reaches the
+/// disk later takes its tokens all the same.
+fn a_rate_holds_across_four_relaxed_consumer_processes(d: &Store) {
+    rate_across_four_consumers(d, "relaxed", Duration::from_secs(5));
+}
 
 /// Four consumer processes claim one message at a time from a queue
 /// limited to 40 claims a second (10 per 250 ms, 20 at once) for ten
@@ -65,7 +90,7 @@ const RATE_RUN: Duration = Duration::from_secs(10);
 /// bucket could have granted between the consumers' start and the last
 /// claim — the capacity plus the refills of the whole intervals in
 /// between.
-fn a_rate_holds_across_four_consumer_processes(d: &Store) {
+fn rate_across_four_consumers(d: &Store, durability: &str, run: Duration) {
     let out = run_cli("queue-tool", d, &[], &["fill", "rated", "2000", "m"]);
     assert!(out.status.success(), "{}", text(&out.stdout));
     with_queue(d, "rated", async |q| {
@@ -82,15 +107,9 @@ fn a_rate_holds_across_four_consumer_processes(d: &Store) {
     });
     let start = micros();
     let consumers: Vec<Child> = (0..4)
-        .map(|_| {
-            spawn_guest(
-                d,
-                "queue-tool",
-                &["fair", "rated", "60000", "100000", "3000"],
-            )
-        })
+        .map(|_| spawn_at(d, durability, &["fair", "rated", "60000", "100000", "3000"]))
         .collect();
-    std::thread::sleep(RATE_RUN);
+    std::thread::sleep(run);
     // The run ends: what is left goes, and the consumers stop when idle.
     with_queue(d, "rated", async |q| q.purge().await.unwrap());
     let mut claims: Vec<u128> = Vec::new();
@@ -122,14 +141,22 @@ fn a_rate_holds_across_four_consumer_processes(d: &Store) {
 const SENDERS: usize = 8;
 const SENDS_EACH: usize = 1_000;
 
+fn unique_sends_from_eight_processes_store_one_message(d: &Store) {
+    unique_sends_from_eight(d, "full");
+}
+
+fn unique_sends_from_eight_relaxed_processes_store_one_message(d: &Store) {
+    unique_sends_from_eight(d, "relaxed");
+}
+
 /// Eight processes each send the same unique key 1,000 times, all at
 /// once: exactly one message is stored, and every send names its id.
-fn unique_sends_from_eight_processes_store_one_message(d: &Store) {
+fn unique_sends_from_eight(d: &Store, durability: &str) {
     let senders: Vec<Child> = (0..SENDERS)
         .map(|_| {
-            spawn_guest(
+            spawn_at(
                 d,
-                "queue-tool",
+                durability,
                 &["send-unique", "unique", "the-key", &SENDS_EACH.to_string()],
             )
         })
@@ -225,6 +252,16 @@ fn spans(out: &str, spawned: u128, acked: &mut HashSet<String>) -> Vec<Span> {
 /// more than three messages in flight at once (as the consumers' output
 /// proves it), and every message is acknowledged in the end.
 fn groups_of_three_stay_within_their_limit_under_kills(d: &Store) {
+    groups_of_three_under_kills(d, "full", Duration::from_secs(6));
+}
+
+/// The same at relaxed durability (for 4 s): what a killed process
+/// committed is not lost, so no group gets a fourth place.
+fn groups_of_three_stay_within_their_limit_under_kills_relaxed(d: &Store) {
+    groups_of_three_under_kills(d, "relaxed", Duration::from_secs(4));
+}
+
+fn groups_of_three_under_kills(d: &Store, durability: &str, run: Duration) {
     for g in 0..GROUPS {
         let group = format!("g{g}");
         let out = run_cli(
@@ -254,9 +291,9 @@ fn groups_of_three_stay_within_their_limit_under_kills(d: &Store) {
         let at = micros();
         // Each message is held 20 ms before its ack, so that a group's
         // places fill up.
-        let child = spawn_guest(
+        let child = spawn_at(
             d,
-            "queue-tool",
+            durability,
             &["fair", "three", &vis, "100000", "1500", "20"],
         );
         (child, at)
@@ -266,7 +303,7 @@ fn groups_of_three_stay_within_their_limit_under_kills(d: &Store) {
     let mut live: Vec<(Child, u128)> = (0..6).map(|_| spawn()).collect();
     let start = Instant::now();
     let mut kills = 0;
-    while start.elapsed() < Duration::from_secs(6) {
+    while start.elapsed() < run {
         std::thread::sleep(Duration::from_millis(100 + rng.below(250)));
         let victim = rng.below(live.len() as u64) as usize;
         let (mut child, at) = live.remove(victim);
@@ -330,6 +367,9 @@ fn groups_of_three_stay_within_their_limit_under_kills(d: &Store) {
 
 on_every_engine! {
     a_rate_holds_across_four_consumer_processes;
+    a_rate_holds_across_four_relaxed_consumer_processes;
     unique_sends_from_eight_processes_store_one_message;
+    unique_sends_from_eight_relaxed_processes_store_one_message;
     groups_of_three_stay_within_their_limit_under_kills;
+    groups_of_three_stay_within_their_limit_under_kills_relaxed;
 }

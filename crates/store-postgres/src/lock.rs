@@ -32,13 +32,20 @@ WHERE name = $1 AND owner IS NOT NULL AND expires_at > $2";
 /// first page), at most `$3`: a range of the primary key.
 pub const L_HOLDERS: &str = "SELECT name, owner, expires_at, token FROM alk.locks \
 WHERE name > $1 AND owner IS NOT NULL AND expires_at > $2 ORDER BY name LIMIT $3";
-/// Holds token bucket `$1` for the rest of the transaction: made full
-/// (`$2` tokens since `$3`) unless it has a row, locked either way; its
-/// tokens and the start of its interval.
-pub const L_TOKENS_HOLD: &str = "INSERT INTO alk.limiters AS l (name, tokens, since) VALUES ($1, $2, $3) \
-ON CONFLICT (name) DO UPDATE SET tokens = l.tokens RETURNING tokens, since";
+/// Token bucket `$1`, locked for the rest of the transaction: its tokens
+/// and the start of its interval (no row: the bucket is full).
+pub const L_TOKENS_HOLD: &str = "SELECT tokens, since FROM alk.limiters WHERE name = $1 FOR UPDATE";
+/// Makes the row of token bucket `$1` (`$2` tokens since `$3`, full again
+/// at `$4`) unless another transaction made it first; 1 row when made.
+pub const L_TOKENS_NEW: &str = "INSERT INTO alk.limiters (name, tokens, since, full_at) VALUES ($1, $2, $3, $4) \
+ON CONFLICT (name) DO NOTHING";
 /// Writes back token bucket `$1` (held by this transaction).
-pub const L_TOKENS_SAVE: &str = "UPDATE alk.limiters SET tokens = $2, since = $3 WHERE name = $1";
+pub const L_TOKENS_SAVE: &str =
+    "UPDATE alk.limiters SET tokens = $2, since = $3, full_at = $4 WHERE name = $1";
+/// Deletes up to 2 token buckets full again at `$1` (as a bucket without a
+/// row is), passing over those a take holds: a range of `limiters_full`.
+pub const L_TOKENS_SWEEP: &str = "DELETE FROM alk.limiters AS l USING (SELECT name FROM alk.limiters \
+WHERE full_at <= $1 ORDER BY full_at LIMIT 2 FOR UPDATE SKIP LOCKED) AS x WHERE l.name = x.name";
 
 /// The locks of a schema.
 pub(crate) struct PgLocks {
@@ -49,7 +56,9 @@ pub(crate) struct PgLocks {
     holder: String,
     holders: String,
     tokens_hold: String,
+    tokens_new: String,
     tokens_save: String,
+    tokens_sweep: String,
 }
 
 impl PgLocks {
@@ -62,7 +71,9 @@ impl PgLocks {
             holder: s.get(L_HOLDER),
             holders: s.get(L_HOLDERS),
             tokens_hold: s.get(L_TOKENS_HOLD),
+            tokens_new: s.get(L_TOKENS_NEW),
             tokens_save: s.get(L_TOKENS_SAVE),
+            tokens_sweep: s.get(L_TOKENS_SWEEP),
             inner,
         }
     }
@@ -209,30 +220,55 @@ impl LockEngine for PgLocks {
         now: i64,
     ) -> AlkResult<Taken> {
         let now = self.inner.clock.to_db(now);
-        let (hold, save) = (&self.tokens_hold, &self.tokens_save);
-        let full = i64::from(rate.capacity);
+        let me = &*self;
         self.inner
             .run(|c| {
                 Box::pin(async move {
                     let mut c = c;
                     let tx = c.transaction().await?;
-                    let stmt = tx.prepare_cached(hold).await?;
-                    let row = tx
-                        .query_opt(&stmt, &[&name, &full, &now])
-                        .await?
-                        .ok_or_else(|| {
-                            crate::conn::Fail::Alk(AlkError::Internal(
-                                "holding a token bucket returned no row".into(),
-                            ))
-                        })?;
+                    let hold = tx.prepare_cached(&me.tokens_hold).await?;
+                    let mut row = tx.query_opt(&hold, &[&name]).await?;
+                    if row.is_none() {
+                        // A bucket without a row is full: a take from it
+                        // makes the row, and forgets two buckets full again,
+                        // so rows of names no longer used do not pile up.
+                        let (taken, after) = Bucket::full(rate, now).take(rate, n, now);
+                        if !matches!(taken, Taken::Granted(_)) {
+                            return Ok(taken);
+                        }
+                        let new = tx.prepare_cached(&me.tokens_new).await?;
+                        let full_at = after.full_at(rate);
+                        let made = tx
+                            .execute(&new, &[&name, &after.tokens, &after.since, &full_at])
+                            .await?;
+                        if made == 1 {
+                            let sweep = tx.prepare_cached(&me.tokens_sweep).await?;
+                            tx.execute(&sweep, &[&now]).await?;
+                            tx.commit().await?;
+                            return Ok(taken);
+                        }
+                        // Another take made it first: wait for it, then
+                        // take from what it left.
+                        row = tx.query_opt(&hold, &[&name]).await?;
+                    }
+                    let row = row.ok_or_else(|| {
+                        crate::conn::Fail::Alk(AlkError::Internal(
+                            "a token bucket's row vanished while it was held".into(),
+                        ))
+                    })?;
                     let stored = Bucket {
                         tokens: row.try_get(0)?,
                         since: row.try_get(1)?,
                     };
                     let (taken, after) = stored.take(rate, n, now);
-                    let stmt = tx.prepare_cached(save).await?;
-                    tx.execute(&stmt, &[&name, &after.tokens, &after.since])
-                        .await?;
+                    // A refused take writes nothing: the refill is worked
+                    // out again from the row by the next take.
+                    if let Taken::Granted(_) = taken {
+                        let save = tx.prepare_cached(&me.tokens_save).await?;
+                        let full_at = after.full_at(rate);
+                        tx.execute(&save, &[&name, &after.tokens, &after.since, &full_at])
+                            .await?;
+                    }
                     tx.commit().await?;
                     Ok(taken)
                 })

@@ -76,13 +76,17 @@ UNION ALL SELECT 3, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM refused 
 /// their first `$5` messages (by id: the group's window), in the order of
 /// the round (served longest ago first, then the first to join), at most
 /// `$4`: each group's key, place, the due messages of its window (by id),
-/// and the place of the messages without a group.
+/// and the place of the messages without a group. With a rate per group
+/// of interval `$6` (else NULL), a group whose bucket is empty at `$2` (no
+/// token left, no interval ended since) is passed over.
 pub const Q_HEADS: &str = "SELECT g.group_key, g.served, h.ids, \
 coalesce((SELECT l.served FROM alk.groups AS l WHERE l.queue = $1 AND l.group_key = ''::bytea), 0) \
 FROM alk.groups AS g CROSS JOIN LATERAL (SELECT array_agg(w.id ORDER BY w.id) FILTER (WHERE w.visible_at <= $2) AS ids \
 FROM (SELECT m.id, m.visible_at FROM alk.messages AS m \
 WHERE m.queue = $1 AND m.group_key = g.group_key ORDER BY m.id LIMIT $5) AS w) AS h \
 WHERE g.queue = $1 AND g.group_key <> ''::bytea AND g.priority >= $3 AND h.ids IS NOT NULL \
+AND ($6::bigint IS NULL OR NOT EXISTS (SELECT 1 FROM alk.rate_buckets AS b WHERE b.queue = $1 AND b.bucket = g.group_key \
+AND b.tokens <= 0 AND b.since + $6 > $2)) \
 ORDER BY g.served, g.seq LIMIT $4";
 /// Locks up to `$3` of the groups `$2`, in the order of the round, passing
 /// over groups another claimer holds; the keys locked.
@@ -231,12 +235,15 @@ ON CONFLICT (queue, key) DO UPDATE SET id = u.id RETURNING id, held_until";
 /// message is live).
 pub const Q_UNIQUE_SET: &str =
     "UPDATE alk.unique_keys SET id = $3, held_until = $4 WHERE queue = $1 AND key = $2";
-/// Locks up to 1,000 unique keys that hold nothing at `$2` (their time
-/// passed, or, without a time, their message is gone), passing over keys a
-/// sender holds; their keys.
-pub const Q_UNIQUE_STALE: &str = "SELECT u.key FROM alk.unique_keys AS u WHERE u.queue = $1 \
-AND (u.held_until <= $2 OR (u.held_until IS NULL AND NOT EXISTS (SELECT 1 FROM alk.messages AS m WHERE m.queue = $1 AND m.id = u.id))) \
-LIMIT 1000 FOR UPDATE SKIP LOCKED";
+/// Locks up to 1,000 unique keys whose time passed at `$2` (a range of
+/// `unique_keys_until`) and up to 1,000 held while their message is live
+/// whose message is gone (a walk of `unique_keys_live`), passing over keys
+/// a sender holds; their keys.
+pub const Q_UNIQUE_STALE: &str = "SELECT u.key FROM alk.unique_keys AS u WHERE u.queue = $1 AND u.key IN (\
+(SELECT t.key FROM alk.unique_keys AS t WHERE t.queue = $1 AND t.held_until <= $2 ORDER BY t.held_until LIMIT 1000) \
+UNION ALL (SELECT l.key FROM alk.unique_keys AS l WHERE l.queue = $1 AND l.held_until IS NULL \
+AND NOT EXISTS (SELECT 1 FROM alk.messages AS m WHERE m.queue = $1 AND m.id = l.id) LIMIT 1000)) \
+FOR UPDATE SKIP LOCKED";
 /// Deletes those of the unique keys `$3` (locked by this transaction) that
 /// still hold nothing at `$2`.
 pub const Q_UNIQUE_DROP: &str = "DELETE FROM alk.unique_keys AS u WHERE u.queue = $1 AND u.key = ANY($3::bytea[]) \
@@ -255,8 +262,10 @@ group_concurrency = EXCLUDED.group_concurrency, max_in_flight = EXCLUDED.max_in_
 rate_refill = EXCLUDED.rate_refill, rate_interval_ms = EXCLUDED.rate_interval_ms, rate_per_group = EXCLUDED.rate_per_group";
 /// Back to the defaults: the queue's row goes (its buckets stay).
 pub const Q_LIMITS_CLEAR: &str = "DELETE FROM alk.queue_limits WHERE queue = $1";
-/// How many messages are in flight at `$2` (a range of `messages_visible`).
-pub const Q_IN_FLIGHT: &str = "SELECT count(*) FROM alk.messages WHERE queue = $1 AND visible_at > $2 AND receipt_handle IS NOT NULL";
+/// How many messages are in flight at `$2`, counted up to `$3` (the cap):
+/// a range of `messages_in_flight`, which holds only delivered messages.
+pub const Q_IN_FLIGHT: &str = "SELECT count(*) FROM (SELECT 1 FROM alk.messages \
+WHERE queue = $1 AND receipt_handle IS NOT NULL AND visible_at > $2 LIMIT $3) AS f";
 /// Holds the rate buckets `$2` (distinct keys) of the queue for the rest of
 /// the transaction: those without a row are made full (`$3` tokens since
 /// `$4`), all are locked; each one's key, tokens and start of interval.
@@ -268,6 +277,12 @@ ON CONFLICT (queue, bucket) DO UPDATE SET tokens = b.tokens RETURNING bucket, to
 pub const Q_BUCKETS_SAVE: &str = "UPDATE alk.rate_buckets AS b SET tokens = u.tokens, since = u.since \
 FROM unnest($2::bytea[], $3::bigint[], $4::bigint[]) AS u(bucket, tokens, since) \
 WHERE b.queue = $1 AND b.bucket = u.bucket";
+/// Deletes up to 1,000 of the queue's rate buckets whose interval started
+/// at or before `$2` (full again by then, as a bucket without a row is),
+/// passing over buckets a claim holds (a range of `rate_buckets_since`).
+pub const Q_BUCKETS_SWEEP: &str = "DELETE FROM alk.rate_buckets AS b USING (SELECT bucket FROM alk.rate_buckets \
+WHERE queue = $1 AND since <= $2 ORDER BY since LIMIT 1000 FOR UPDATE SKIP LOCKED) AS x \
+WHERE b.queue = $1 AND b.bucket = x.bucket";
 /// The queue's rate buckets: only the queue-wide one (key `''`) unless
 /// `$2`.
 pub const Q_BUCKETS: &str = "SELECT bucket, tokens, since FROM alk.rate_buckets \
@@ -291,6 +306,15 @@ WHERE queue = $1 AND expires_at <= $2 ORDER BY expires_at LIMIT 1000) AS x WHERE
 /// never empty), and of the queue-wide rate bucket (or, with a rate per
 /// group, the bucket of the messages without a group) in `rate_buckets`.
 const LANE: &[u8] = UNGROUPED_BUCKET.as_bytes();
+
+/// About the most rows of group windows one round of a claim reads (the
+/// groups it looks at times the window): what one claim may cost while it
+/// holds its locks, whatever guests sent. What is left is for the next
+/// round or claim.
+const CLAIM_WORK: usize = 1000;
+
+/// The most rows one statement of `sweep-expired` deletes of each kind.
+const SWEEP_BATCH: u64 = 1000;
 
 /// The statements of the queue store, for one schema.
 struct Statements {
@@ -339,6 +363,7 @@ struct Statements {
     result: String,
     result_delete: String,
     results_sweep: String,
+    buckets_sweep: String,
 }
 
 /// The statements of a send with a unique key, for one schema (a queue's
@@ -705,6 +730,7 @@ impl PgQueue {
             result: s.get(Q_RESULT),
             result_delete: s.get(Q_RESULT_DELETE),
             results_sweep: s.get(Q_RESULTS_SWEEP),
+            buckets_sweep: s.get(Q_BUCKETS_SWEEP),
         };
         PgQueue {
             sql,
@@ -918,7 +944,8 @@ impl PgQueue {
             buckets: HashMap::new(),
         };
         if let Some(cap) = limits.max_in_flight {
-            let found = rows(tx, &self.sql.in_flight, &[&self.name, &now]).await?;
+            let most = i64::from(cap);
+            let found = rows(tx, &self.sql.in_flight, &[&self.name, &now, &most]).await?;
             let busy = found
                 .first()
                 .map(|r| r.try_get::<_, i64>(0))
@@ -970,18 +997,20 @@ impl PgQueue {
         Ok(())
     }
 
-    /// Writes back the buckets a claim held, less the tokens it took.
+    /// Writes back the buckets a claim took tokens from, less those
+    /// tokens (a bucket it held but took nothing from is left as it was:
+    /// its refill is worked out again by the next reader).
     async fn save_buckets<C: GenericClient + Sync>(&self, tx: &C, gate: &Gate) -> Result<(), Fail> {
-        if gate.buckets.is_empty() {
-            return Ok(());
-        }
         let mut keys: Vec<&[u8]> = Vec::new();
         let mut tokens: Vec<i64> = Vec::new();
         let mut since: Vec<i64> = Vec::new();
-        for (k, (b, taken)) in &gate.buckets {
+        for (k, (b, taken)) in gate.buckets.iter().filter(|(_, (_, t))| *t > 0) {
             keys.push(k);
             tokens.push((b.tokens - *taken as i64).max(0));
             since.push(b.since);
+        }
+        if keys.is_empty() {
+            return Ok(());
         }
         exec(
             tx,
@@ -1016,17 +1045,23 @@ impl PgQueue {
             if remaining == 0 {
                 break;
             }
-            // With a rate per group, a group whose bucket is empty gives
-            // nothing: every group with due messages is looked at.
-            let limit = if gate.per_group() {
-                i64::MAX
-            } else {
-                remaining as i64
+            // At most about CLAIM_WORK rows of windows per round. With a
+            // rate per group the statement passes over groups whose bucket
+            // is empty; one of them may still be found empty once locked
+            // (a racing claim), so a few more groups than needed are read.
+            let work = (CLAIM_WORK / gate.window.max(1) as usize).max(1);
+            let (limit, interval) = match gate.rate.filter(|_| gate.per_group()) {
+                Some(rate) => (
+                    work,
+                    Some(i64::try_from(rate.interval_ms).unwrap_or(i64::MAX)),
+                ),
+                None => (remaining.min(work), None),
             };
+            let limit = limit as i64;
             let heads = rows(
                 tx,
                 &self.sql.heads,
-                &[&self.name, &now, &floor, &limit, &gate.window],
+                &[&self.name, &now, &floor, &limit, &gate.window, &interval],
             )
             .await?;
             let mut before: Vec<(Vec<u8>, Vec<i64>)> = Vec::new();
@@ -1044,7 +1079,7 @@ impl PgQueue {
                     after.push((key, due));
                 }
             }
-            let before = self.lock_round(tx, before, usize::MAX).await?;
+            let before = self.lock_round(tx, before, remaining).await?;
             let mut keys: Vec<Vec<u8>> = before.iter().map(|(k, _)| k.clone()).collect();
             keys.push(LANE.to_vec());
             if gate.per_group() {
@@ -1070,8 +1105,7 @@ impl PgQueue {
             };
             let mut left = quota - lane.gave().min(quota);
             let after = if left > 0 {
-                let most = if gate.per_group() { usize::MAX } else { left };
-                self.lock_round(tx, after, most).await?
+                self.lock_round(tx, after, left).await?
             } else {
                 Vec::new()
             };
@@ -1584,28 +1618,47 @@ impl QueueEngine for PgQueue {
                 })
             })
             .await?;
-        // Results whose time ran out, and unique keys that hold nothing any
-        // more (a bounded batch of each), apart from the groups' locks: a
-        // sender holds its key before its group.
-        self.inner
-            .run(|c| {
-                Box::pin(async move {
-                    let mut c = c;
-                    exec(&*c, &sql.results_sweep, &[queue, &now]).await?;
-                    let tx = c.transaction().await?;
-                    let stale: Vec<Vec<u8>> = rows(&*tx, &sql.unique_stale, &[queue, &now])
-                        .await?
-                        .iter()
-                        .map(|r| r.try_get(0))
-                        .collect::<Result<_, _>>()?;
-                    if !stale.is_empty() {
-                        exec(&*tx, &sql.unique_drop, &[queue, &now, &stale]).await?;
-                    }
-                    tx.commit().await?;
-                    Ok(())
+        // Results whose time ran out, unique keys that hold nothing any
+        // more, and rate buckets full again, in bounded batches until
+        // fewer are left, apart from the groups' locks (a sender holds its
+        // key before its group).
+        loop {
+            let more = self
+                .inner
+                .run(|c| {
+                    Box::pin(async move {
+                        let mut c = c;
+                        let mut most = exec(&*c, &sql.results_sweep, &[queue, &now]).await?;
+                        let limits = limits_of(rows(&*c, &sql.limits, &[queue]).await?.first())?;
+                        if let Some(rate) = limits.rate {
+                            // After this long any bucket is full again.
+                            let refills = i64::from(rate.capacity.div_ceil(rate.refill));
+                            let full_after = refills.saturating_mul(
+                                i64::try_from(rate.interval_ms).unwrap_or(i64::MAX),
+                            );
+                            let before = now.saturating_sub(full_after);
+                            most =
+                                most.max(exec(&*c, &sql.buckets_sweep, &[queue, &before]).await?);
+                        }
+                        let tx = c.transaction().await?;
+                        let stale: Vec<Vec<u8>> = rows(&*tx, &sql.unique_stale, &[queue, &now])
+                            .await?
+                            .iter()
+                            .map(|r| r.try_get(0))
+                            .collect::<Result<_, _>>()?;
+                        if !stale.is_empty() {
+                            most = most
+                                .max(exec(&*tx, &sql.unique_drop, &[queue, &now, &stale]).await?);
+                        }
+                        tx.commit().await?;
+                        Ok(most >= SWEEP_BATCH)
+                    })
                 })
-            })
-            .await?;
+                .await?;
+            if !more {
+                break;
+            }
+        }
         Ok(moved)
     }
 

@@ -22,17 +22,18 @@ pub use crate::kv::{
     KV_KEYS_FROM, KV_KEYS_RANGE, KV_PUT, KV_PUT_IF_ABSENT, KV_SCAN_FROM, KV_SCAN_RANGE, KV_SWAP,
 };
 pub use crate::lock::{
-    L_ACQUIRE, L_HOLDER, L_HOLDERS, L_RELEASE, L_RENEW, L_TOKENS_HOLD, L_TOKENS_SAVE,
+    L_ACQUIRE, L_HOLDER, L_HOLDERS, L_RELEASE, L_RENEW, L_TOKENS_HOLD, L_TOKENS_NEW, L_TOKENS_SAVE,
+    L_TOKENS_SWEEP,
 };
 pub use crate::migrate::{MIGRATE_LOCK, READ_META, SCHEMA_EXISTS, SCHEMA_RELATIONS, SET_VERSION};
 pub use crate::queue::{
-    Q_ACK_BATCH, Q_BUCKETS, Q_BUCKETS_HOLD, Q_BUCKETS_SAVE, Q_BURY, Q_CANCEL, Q_CANCEL_DEAD,
-    Q_CLAIM_HEADS, Q_CLAIM_LANE, Q_DEAD_LOOKUP, Q_DEAD_PAGE, Q_EXISTING, Q_EXPIRED_GROUPS,
-    Q_GROUP_DROP, Q_GROUP_LOCK, Q_HEADS, Q_HEARTBEAT, Q_IN_FLIGHT, Q_JOB, Q_JOBS_PAGE, Q_JOIN,
-    Q_LIMITS, Q_LIMITS_CLEAR, Q_LIMITS_HOLD, Q_LIMITS_SET, Q_LOCK_ROUND, Q_LOOKUP, Q_NACK,
-    Q_NEXT_VISIBLE, Q_PURGE, Q_PURGE_DEAD, Q_PURGE_GROUPS, Q_REDRIVE, Q_RESULT, Q_RESULT_DELETE,
-    Q_RESULT_PUT, Q_RESULTS_SWEEP, Q_RETRY, Q_SEND, Q_SERVE, Q_STATS, Q_SWEEP, Q_UNIQUE_DROP,
-    Q_UNIQUE_HOLD, Q_UNIQUE_SET, Q_UNIQUE_STALE,
+    Q_ACK_BATCH, Q_BUCKETS, Q_BUCKETS_HOLD, Q_BUCKETS_SAVE, Q_BUCKETS_SWEEP, Q_BURY, Q_CANCEL,
+    Q_CANCEL_DEAD, Q_CLAIM_HEADS, Q_CLAIM_LANE, Q_DEAD_LOOKUP, Q_DEAD_PAGE, Q_EXISTING,
+    Q_EXPIRED_GROUPS, Q_GROUP_DROP, Q_GROUP_LOCK, Q_HEADS, Q_HEARTBEAT, Q_IN_FLIGHT, Q_JOB,
+    Q_JOBS_PAGE, Q_JOIN, Q_LIMITS, Q_LIMITS_CLEAR, Q_LIMITS_HOLD, Q_LIMITS_SET, Q_LOCK_ROUND,
+    Q_LOOKUP, Q_NACK, Q_NEXT_VISIBLE, Q_PURGE, Q_PURGE_DEAD, Q_PURGE_GROUPS, Q_REDRIVE, Q_RESULT,
+    Q_RESULT_DELETE, Q_RESULT_PUT, Q_RESULTS_SWEEP, Q_RETRY, Q_SEND, Q_SERVE, Q_STATS, Q_SWEEP,
+    Q_UNIQUE_DROP, Q_UNIQUE_HOLD, Q_UNIQUE_SET, Q_UNIQUE_STALE,
 };
 pub use crate::schedule::{SC_FIRE, SC_GET, SC_LIST, SC_PUT, SC_REMOVE};
 pub use crate::stream::{
@@ -178,8 +179,9 @@ pub const V3: &str = r#"CREATE TABLE alk.schedules (
 /// Version 4, from version 3: the limits of a queue (no row: the
 /// defaults), the token buckets its claims take from, the unique keys of
 /// its messages, the results of completed messages, and the free-standing
-/// token buckets kept with the locks. Nothing else changes; a queue
-/// without a row in `queue_limits` is claimed as before.
+/// token buckets kept with the locks, and an index of the delivered
+/// messages (what a cap on the messages in flight counts). Nothing else
+/// changes; a queue without a row in `queue_limits` is claimed as before.
 pub const V4: &str = r#"CREATE TABLE alk.queue_limits (
     queue             text COLLATE "C" PRIMARY KEY,
     group_concurrency integer NOT NULL CHECK (group_concurrency >= 1),
@@ -198,6 +200,7 @@ CREATE TABLE alk.rate_buckets (
     since  bigint NOT NULL,
     PRIMARY KEY (queue, bucket)
 );
+CREATE INDEX rate_buckets_since ON alk.rate_buckets (queue, since);
 CREATE TABLE alk.unique_keys (
     queue      text COLLATE "C" NOT NULL,
     key        bytea NOT NULL,
@@ -205,6 +208,8 @@ CREATE TABLE alk.unique_keys (
     held_until bigint,
     PRIMARY KEY (queue, key)
 );
+CREATE INDEX unique_keys_until ON alk.unique_keys (queue, held_until) WHERE held_until IS NOT NULL;
+CREATE INDEX unique_keys_live ON alk.unique_keys (queue, id) WHERE held_until IS NULL;
 CREATE TABLE alk.results (
     queue        text COLLATE "C" NOT NULL,
     id           bigint NOT NULL,
@@ -216,10 +221,13 @@ CREATE TABLE alk.results (
 );
 CREATE INDEX results_expiry ON alk.results (queue, expires_at);
 CREATE TABLE alk.limiters (
-    name   text COLLATE "C" PRIMARY KEY,
-    tokens bigint NOT NULL,
-    since  bigint NOT NULL
+    name    text COLLATE "C" PRIMARY KEY,
+    tokens  bigint NOT NULL,
+    since   bigint NOT NULL,
+    full_at bigint NOT NULL
 );
+CREATE INDEX limiters_full ON alk.limiters (full_at);
+CREATE INDEX messages_in_flight ON alk.messages (queue, visible_at) WHERE receipt_handle IS NOT NULL;
 "#;
 
 /// The migrations, in order: entry `i` brings a schema from version `i` to
@@ -288,6 +296,7 @@ pub const STATEMENTS: &[(&str, &str)] = &[
     ("Q_IN_FLIGHT", Q_IN_FLIGHT),
     ("Q_BUCKETS_HOLD", Q_BUCKETS_HOLD),
     ("Q_BUCKETS_SAVE", Q_BUCKETS_SAVE),
+    ("Q_BUCKETS_SWEEP", Q_BUCKETS_SWEEP),
     ("Q_BUCKETS", Q_BUCKETS),
     ("Q_RESULT_PUT", Q_RESULT_PUT),
     ("Q_RESULT", Q_RESULT),
@@ -311,7 +320,9 @@ pub const STATEMENTS: &[(&str, &str)] = &[
     ("L_HOLDER", L_HOLDER),
     ("L_HOLDERS", L_HOLDERS),
     ("L_TOKENS_HOLD", L_TOKENS_HOLD),
+    ("L_TOKENS_NEW", L_TOKENS_NEW),
     ("L_TOKENS_SAVE", L_TOKENS_SAVE),
+    ("L_TOKENS_SWEEP", L_TOKENS_SWEEP),
     ("SC_PUT", SC_PUT),
     ("SC_REMOVE", SC_REMOVE),
     ("SC_GET", SC_GET),

@@ -43,10 +43,12 @@ macro_rules! upgrade {
     () => {
         "\
 CREATE TABLE IF NOT EXISTS rate_buckets (
-    name   TEXT PRIMARY KEY,
-    tokens INTEGER NOT NULL,  -- tokens held at since
-    since  INTEGER NOT NULL   -- unix epoch MILLISECONDS; start of the interval now running
+    name    TEXT PRIMARY KEY,
+    tokens  INTEGER NOT NULL,  -- tokens held at since
+    since   INTEGER NOT NULL,  -- unix epoch MILLISECONDS; start of the interval now running
+    full_at INTEGER NOT NULL   -- unix epoch MILLISECONDS; full again from then, at the rate of the last take
 );
+CREATE INDEX IF NOT EXISTS idx_rate_buckets_full ON rate_buckets (full_at);
 UPDATE meta SET value = 'locallock.v2' WHERE key = 'format';
 "
     };
@@ -105,8 +107,15 @@ WHERE name > ?1 AND owner IS NOT NULL AND expires_at > ?2 ORDER BY name LIMIT ?3
 /// A named bucket's state (`locallock.v2`).
 pub const TOKENS: &str = "SELECT tokens, since FROM rate_buckets WHERE name = ?1";
 /// Writes a named bucket's state.
-pub const SET_TOKENS: &str = "INSERT INTO rate_buckets (name, tokens, since) VALUES (?1, ?2, ?3) \
-ON CONFLICT (name) DO UPDATE SET tokens = excluded.tokens, since = excluded.since";
+pub const SET_TOKENS: &str = "INSERT INTO rate_buckets (name, tokens, since, full_at) VALUES (?1, ?2, ?3, ?4) \
+ON CONFLICT (name) DO UPDATE SET tokens = excluded.tokens, since = excluded.since, full_at = excluded.full_at";
+/// Deletes up to `?2` named buckets full again at `?1`.
+pub const SWEEP_TOKENS: &str = "DELETE FROM rate_buckets WHERE name IN (SELECT name FROM rate_buckets \
+INDEXED BY idx_rate_buckets_full WHERE full_at <= ?1 LIMIT ?2)";
+
+/// How many buckets full again a take that makes a new row deletes: more
+/// than it adds, so the table holds the buckets in use and few others.
+pub const SWEEP_PER_NEW: i64 = 2;
 
 /// The lock store of a data directory.
 #[derive(Debug, Clone)]
@@ -235,10 +244,22 @@ impl LockEngine for LockStore {
                         });
                     }
                     drop(rows);
+                    let new = found.is_none();
                     let bucket = found.unwrap_or_else(|| Bucket::full(rate, now));
                     let (taken, after) = bucket.take(rate, n, now);
+                    // A refused take writes nothing: the refill is
+                    // worked out again from the row by the next take.
                     if let Taken::Granted(_) = taken {
-                        exec(&conn, SET_TOKENS, (name, after.tokens, after.since)).await?;
+                        if new {
+                            exec(&conn, SWEEP_TOKENS, (now, SWEEP_PER_NEW)).await?;
+                        }
+                        let full_at = after.full_at(rate);
+                        exec(
+                            &conn,
+                            SET_TOKENS,
+                            (name, after.tokens, after.since, full_at),
+                        )
+                        .await?;
                     }
                     Ok(taken)
                 })
@@ -314,6 +335,77 @@ mod tests {
 
     const DOC_V2: &str = include_str!("../../../docs/formats/locallock.v2.md");
 
+    /// One integer `sql` returns from `l`'s file.
+    async fn number(l: &LockStore, sql: &'static str) -> i64 {
+        l.store
+            .run(|conn: Connection| {
+                Box::pin(async move {
+                    let mut rows = conn.query(sql, ()).await?;
+                    let mut n = 0;
+                    while let Some(row) = rows.next().await? {
+                        n = row.get::<i64>(0)?;
+                    }
+                    Ok(n)
+                })
+            })
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn buckets_of_ever_new_names_do_not_pile_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = LockStore::open(dir.path(), crate::RetryPolicy::default())
+            .await
+            .unwrap();
+        let rate = RateLimit {
+            capacity: 2,
+            refill: 1,
+            interval_ms: 100,
+        };
+        // A name a second, each full again 200 ms after its take.
+        for i in 0..500 {
+            let taken = l
+                .take_tokens(&format!("user-{i}"), &rate, 2, i * 1_000)
+                .await;
+            assert_eq!(taken.unwrap(), Taken::Granted(0));
+        }
+        let rows = number(&l, "SELECT COUNT(*) FROM rate_buckets").await;
+        assert!(rows <= 2, "{rows} rows left");
+        // A refused take writes nothing; a bucket not full yet stays.
+        let before = number(&l, "SELECT MAX(full_at) FROM rate_buckets").await;
+        assert_eq!(
+            l.take_tokens("user-499", &rate, 2, 499_050).await.unwrap(),
+            Taken::WaitMs(150)
+        );
+        assert_eq!(
+            number(&l, "SELECT MAX(full_at) FROM rate_buckets").await,
+            before
+        );
+        l.take_tokens("new", &rate, 1, 499_100).await.unwrap();
+        assert_eq!(
+            l.take_tokens("user-499", &rate, 1, 499_100).await.unwrap(),
+            Taken::Granted(0)
+        );
+        let plan = l
+            .store
+            .run(|conn: Connection| {
+                Box::pin(async move {
+                    let mut rows = conn
+                        .query(&format!("EXPLAIN QUERY PLAN {SWEEP_TOKENS}"), (0, 2))
+                        .await?;
+                    let mut plan = Vec::new();
+                    while let Some(row) = rows.next().await? {
+                        plan.push(row.get::<String>(3)?);
+                    }
+                    Ok(plan.join(" | "))
+                })
+            })
+            .await
+            .unwrap();
+        assert!(plan.contains("idx_rate_buckets_full"), "{plan}");
+    }
+
     #[test]
     fn the_v2_document_pins_the_ddl_and_every_statement() {
         crate::assert_document_pins(
@@ -324,6 +416,7 @@ mod tests {
                 ("UPGRADE", UPGRADE),
                 ("TOKENS", TOKENS),
                 ("SET_TOKENS", SET_TOKENS),
+                ("SWEEP_TOKENS", SWEEP_TOKENS),
             ],
         );
         assert_eq!(DDL_V2, format!("{DDL}{UPGRADE}"));

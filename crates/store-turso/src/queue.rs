@@ -117,6 +117,7 @@ CREATE TABLE IF NOT EXISTS rate_buckets (
     since  INTEGER NOT NULL    -- unix epoch MILLISECONDS; start of the interval now running
 );
 CREATE INDEX IF NOT EXISTS idx_rate_buckets_empty ON rate_buckets (since) WHERE tokens = 0;
+CREATE INDEX IF NOT EXISTS idx_rate_buckets_since ON rate_buckets (since);
 CREATE TABLE IF NOT EXISTS unique_keys (
     key   TEXT PRIMARY KEY,
     id    INTEGER NOT NULL,    -- the message that took the key
@@ -132,6 +133,7 @@ CREATE TABLE IF NOT EXISTS results (
     expires_at   INTEGER NOT NULL      -- unix epoch MILLISECONDS; gone when <= now
 );
 CREATE INDEX IF NOT EXISTS idx_results_expiry ON results (expires_at);
+CREATE INDEX IF NOT EXISTS idx_messages_in_flight ON messages (visible_at) WHERE receipt_handle IS NOT NULL;
 UPDATE meta SET value = 'localqueue.v3' WHERE key = 'format';
 "
     };
@@ -357,9 +359,10 @@ ON CONFLICT (id) DO UPDATE SET group_concurrency = excluded.group_concurrency, \
 max_in_flight = excluded.max_in_flight, rate_capacity = excluded.rate_capacity, \
 rate_refill = excluded.rate_refill, rate_interval_ms = excluded.rate_interval_ms, \
 rate_per_group = excluded.rate_per_group";
-/// The messages in flight at `?1` (a range of `idx_messages_visible`).
-pub const IN_FLIGHT: &str = "SELECT COUNT(*) FROM messages INDEXED BY idx_messages_visible \
-WHERE visible_at > ?1 AND receipt_handle IS NOT NULL";
+/// The messages in flight at `?1`, counted up to `?2` (the cap: a range
+/// of `idx_messages_in_flight`, which holds only delivered messages).
+pub const IN_FLIGHT: &str = "SELECT COUNT(*) FROM (SELECT 1 FROM messages INDEXED BY idx_messages_in_flight \
+WHERE receipt_handle IS NOT NULL AND visible_at > ?1 LIMIT ?2)";
 /// The oldest `?2` messages of group `?1` (the ones that may be in flight).
 pub const HEADS: &str = "SELECT id, visible_at, attempt, max_attempts, expires_at FROM messages \
 INDEXED BY idx_messages_group WHERE group_key IS NOT NULL AND group_key = ?1 ORDER BY id LIMIT ?2";
@@ -375,7 +378,7 @@ WHERE tokens = 0 AND since > ?1";
 /// Deletes up to `?2` buckets whose interval started at or before `?1`
 /// (by then every bucket is full again, as a bucket without a row is).
 pub const SWEEP_BUCKETS: &str = "DELETE FROM rate_buckets WHERE bucket IN (SELECT bucket FROM rate_buckets \
-WHERE since <= ?1 LIMIT ?2)";
+INDEXED BY idx_rate_buckets_since WHERE since <= ?1 LIMIT ?2)";
 /// Who holds unique key `?1`, and until when (`NULL`: while it is live).
 pub const UNIQUE_HOLDER: &str = "SELECT id, until FROM unique_keys WHERE key = ?1";
 /// Unique key `?1` is taken by message `?2` until `?3`.
@@ -400,7 +403,8 @@ pub const DELETE_RESULT: &str = "DELETE FROM results WHERE id = ?1 RETURNING exp
 pub const SWEEP_RESULTS: &str = "DELETE FROM results WHERE id IN (SELECT id FROM results \
 INDEXED BY idx_results_expiry WHERE expires_at <= ?1 LIMIT ?2)";
 
-/// The most participants of the round one claim looks at, and the most
+/// The most participants of the round one claim looks at (every row of
+/// a group's window beyond the first counting as one more), and the most
 /// messages it moves to the dead letters: what one claim may cost while it
 /// holds the write lock, whatever guests sent. What is left is for the next
 /// claim.
@@ -754,7 +758,7 @@ async fn claim_v3_on(
     let limits = limits_on(conn, path).await?;
     let mut max = i64::from(max);
     if let Some(cap) = limits.max_in_flight {
-        let mut rows = query(conn, IN_FLIGHT, (now,)).await?;
+        let mut rows = query(conn, IN_FLIGHT, (now, i64::from(cap))).await?;
         let mut in_flight = 0;
         while let Some(row) = rows.next().await? {
             in_flight = row.get::<i64>(0)?;
@@ -916,6 +920,9 @@ async fn claim_v2_on(
                         ));
                     }
                     drop(rows);
+                    // Every row read counts: at a high concurrency one
+                    // participant may bring many.
+                    looked += heads.len().saturating_sub(1);
                     for (id, visible_at, attempt, max_attempts, expires_at) in heads {
                         if visible_at > now {
                             continue;
@@ -2648,7 +2655,8 @@ mod tests {
         let i = |n: i64| Value::Integer(n);
         let t = |s: &str| Value::Text(s.into());
         for (sql, params, index) in [
-            (IN_FLIGHT, vec![i(0)], "idx_messages_visible"),
+            (IN_FLIGHT, vec![i(0), i(10)], "idx_messages_in_flight"),
+            (SWEEP_BUCKETS, vec![i(0), i(10)], "idx_rate_buckets_since"),
             (HEADS, vec![t("g"), i(2)], "idx_messages_group"),
             (EMPTY_SINCE, vec![i(0)], "idx_rate_buckets_empty"),
             (SWEEP_RESULTS, vec![i(0), i(10)], "idx_results_expiry"),

@@ -152,6 +152,9 @@ impl Stamp {
 /// The most messages of one group a queue may let be in flight at once.
 pub const MAX_GROUP_CONCURRENCY: u32 = 1_000;
 
+/// The highest cap on a queue's messages in flight.
+pub const MAX_IN_FLIGHT: u32 = 1_000_000;
+
 /// How a queue limits its claims (since `alk:store@0.1.4`). The default
 /// is what a queue without limits does: one message of a group in flight
 /// at a time, no cap on the queue, no rate.
@@ -162,7 +165,8 @@ pub struct QueueLimits {
     /// order: a claim may take the group's oldest messages up to this many,
     /// counting those already in flight (and not yet due) among them.
     pub group_concurrency: u32,
-    /// Messages of the whole queue in flight at once; `None` is no cap.
+    /// Messages of the whole queue in flight at once (1 to
+    /// [`MAX_IN_FLIGHT`]); `None` is no cap.
     pub max_in_flight: Option<u32>,
     /// The token bucket claims take from: one token per message claimed,
     /// across every process and machine; `None` is no rate.
@@ -193,10 +197,18 @@ impl QueueLimits {
                 self.group_concurrency
             )));
         }
-        if self.max_in_flight == Some(0) {
-            return Err(AlkError::InvalidArgument(
-                "max-in-flight 0 would stop every claim; leave it out for no cap".into(),
-            ));
+        match self.max_in_flight {
+            Some(0) => {
+                return Err(AlkError::InvalidArgument(
+                    "max-in-flight 0 would stop every claim; leave it out for no cap".into(),
+                ));
+            }
+            Some(n) if n > MAX_IN_FLIGHT => {
+                return Err(AlkError::InvalidArgument(format!(
+                    "max-in-flight {n} is out of range; it must be 1 to {MAX_IN_FLIGHT} (leave it out for no cap)"
+                )));
+            }
+            _ => {}
         }
         if let Some(rate) = &self.rate {
             rate.check()?;

@@ -157,6 +157,20 @@ impl Bucket {
         }
     }
 
+    /// When a bucket left as it is is full again (epoch ms): from then on
+    /// it is what a bucket without a row is, so its row may go.
+    pub fn full_at(self, rate: &RateLimit) -> i64 {
+        let missing = i64::from(rate.capacity) - self.tokens.max(0);
+        if missing <= 0 {
+            return self.since;
+        }
+        let refill = i64::from(rate.refill);
+        let intervals = (missing + refill - 1) / refill;
+        let interval = i64::try_from(rate.interval_ms).unwrap_or(i64::MAX);
+        self.since
+            .saturating_add(intervals.saturating_mul(interval))
+    }
+
     /// When (milliseconds after `now`) a bucket as of `now` holds `n`
     /// tokens, if nobody takes any.
     pub fn wait_ms(self, rate: &RateLimit, n: i64, now: i64) -> u64 {
@@ -254,6 +268,37 @@ mod tests {
         // Long idle: full, not more.
         assert_eq!(b.at(&R, 100_000).tokens, 5);
         assert_eq!(b.at(&R, 100_000).since, 100_000);
+    }
+
+    #[test]
+    fn a_bucket_is_full_again_at_full_at() {
+        for tokens in 0..=5 {
+            let b = Bucket {
+                tokens,
+                since: 1_000,
+            };
+            let at = b.full_at(&R);
+            assert_eq!(b.at(&R, at).tokens, 5, "{tokens} tokens");
+            if at > 1_000 {
+                assert!(b.at(&R, at - 1).tokens < 5, "{tokens} tokens");
+            }
+        }
+        assert_eq!(
+            Bucket {
+                tokens: 0,
+                since: 0
+            }
+            .full_at(&R),
+            300
+        );
+        assert_eq!(
+            Bucket {
+                tokens: 5,
+                since: 7
+            }
+            .full_at(&R),
+            7
+        );
     }
 
     #[test]

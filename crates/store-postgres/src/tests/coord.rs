@@ -387,6 +387,7 @@ async fn a_version_2_schema_migrates_to_version_3_keeping_every_row() {
         "unique_keys",
         "results",
         "limiters",
+        "messages_in_flight",
     ];
     let kept = |rows: &[String]| -> Vec<String> {
         rows.iter()

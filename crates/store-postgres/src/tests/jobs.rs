@@ -77,6 +77,7 @@ async fn a_version_3_schema_migrates_to_version_4_keeping_every_row() {
         "unique_keys",
         "results",
         "limiters",
+        "messages_in_flight",
     ];
     let kept = |rows: &[String]| -> Vec<String> {
         rows.iter()
@@ -460,4 +461,77 @@ async fn caps_and_rates_hold_exactly_across_engines() {
         t.await.unwrap();
     }
     assert_eq!(granted.load(Ordering::SeqCst), 20);
+}
+
+/// Rows of buckets do not pile up: named buckets taken from ever new names
+/// are forgotten once full again, and a queue's group buckets by
+/// `sweep-expired`; a refused take writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bucket_rows_are_forgotten_once_full_again() {
+    let schema = fresh_schema();
+    let e = engine(&schema).await;
+    let db = raw().await;
+    let count = async |table: &str| -> i64 {
+        db.query_one(&format!("SELECT count(*) FROM {schema}.{table}"), &[])
+            .await
+            .unwrap()
+            .get(0)
+    };
+    let l = Limiters::open(&e).await.unwrap();
+    let rate = RateLimit {
+        capacity: 2,
+        refill: 1,
+        interval_ms: 100,
+    };
+    for i in 0..200 {
+        let taken = l.try_take(&format!("user-{i}"), &rate, 2, i * 1_000).await;
+        assert_eq!(taken.unwrap(), Taken::Granted(0));
+    }
+    let rows = count("limiters").await;
+    assert!(rows <= 2, "{rows} limiter rows left");
+    let before: i64 = db
+        .query_one(
+            &format!("SELECT max(xmin::text::bigint) FROM {schema}.limiters"),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        l.try_take("user-199", &rate, 2, 199_050).await.unwrap(),
+        Taken::WaitMs(150)
+    );
+    let after: i64 = db
+        .query_one(
+            &format!("SELECT max(xmin::text::bigint) FROM {schema}.limiters"),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(before, after, "a refused take wrote its row");
+
+    let q = Queue::open(&e, "swept").await.unwrap();
+    q.set_limits(&QueueLimits {
+        rate: Some(rate),
+        rate_per_group: true,
+        ..QueueLimits::default()
+    })
+    .await
+    .unwrap();
+    for g in 0..50 {
+        let options = SendOptions {
+            group: Some(format!("g{g}")),
+            ..SendOptions::default()
+        };
+        q.send_with(&text("m"), &options, 0).await.unwrap();
+    }
+    assert_eq!(q.claim(100, Some(60_000), None, 1).await.unwrap().len(), 50);
+    // A bucket per group, and the lane's (held by every claim).
+    assert_eq!(count("rate_buckets").await, 51);
+    // Not full yet at 150 ms (one token of two back): kept.
+    q.sweep_expired(150).await.unwrap();
+    assert!(count("rate_buckets").await >= 50);
+    q.sweep_expired(201).await.unwrap();
+    assert_eq!(count("rate_buckets").await, 0);
 }

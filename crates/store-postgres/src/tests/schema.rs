@@ -209,3 +209,62 @@ async fn rows_that_break_the_schema_are_internal_errors_naming_them() {
         .await;
     assert!(refused.is_err());
 }
+
+/// The statements whose work grows with what guests leave behind (buckets,
+/// keys, limiters, delivered messages) can each be answered from an index
+/// of their own: with sequential scans off, the plan names it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweeps_and_the_in_flight_count_use_their_indexes() {
+    use crate::sql::{
+        L_TOKENS_SWEEP, Q_BUCKETS_SWEEP, Q_IN_FLIGHT, Q_RESULTS_SWEEP, Q_UNIQUE_STALE,
+    };
+    let schema = fresh_schema();
+    let _engine = engine(&schema).await;
+    let db = raw().await;
+    db.batch_execute("SET enable_seqscan = off").await.unwrap();
+    let cases: [(&str, &str, &str, &[&str]); 5] = [
+        (
+            Q_IN_FLIGHT,
+            "text, bigint, bigint",
+            "'q', 0, 10",
+            &["messages_in_flight"],
+        ),
+        (
+            Q_BUCKETS_SWEEP,
+            "text, bigint",
+            "'q', 0",
+            &["rate_buckets_since"],
+        ),
+        (
+            Q_RESULTS_SWEEP,
+            "text, bigint",
+            "'q', 0",
+            &["results_expiry"],
+        ),
+        (
+            Q_UNIQUE_STALE,
+            "text, bigint",
+            "'q', 0",
+            &["unique_keys_until", "unique_keys_live"],
+        ),
+        (L_TOKENS_SWEEP, "bigint", "0", &["limiters_full"]),
+    ];
+    for (i, (sql, types, args, indexes)) in cases.iter().enumerate() {
+        let sql = sql.replace("alk.", &format!("{schema}."));
+        db.batch_execute(&format!("PREPARE s{i} ({types}) AS {sql}"))
+            .await
+            .unwrap();
+        let plan: Vec<String> = db
+            .query(&format!("EXPLAIN EXECUTE s{i} ({args})"), &[])
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let plan = plan.join("\n");
+        for index in *indexes {
+            assert!(plan.contains(index), "{sql}\n{plan}");
+        }
+        assert!(!plan.contains("Sort "), "{sql}\n{plan}");
+    }
+}

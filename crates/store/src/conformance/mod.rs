@@ -102,6 +102,7 @@ macro_rules! conformance_tests {
                 rate_per_group_buckets_are_separate,
                 rate_racing_claimers_share_one_bucket,
                 rate_limiters_take_tokens_by_name,
+                rate_buckets_are_forgotten_only_when_full,
             ],
             stream: [
                 stream_offsets_survive_trim_and_saves_only_move_forward,

@@ -135,6 +135,10 @@ pub async fn rate_claims_take_one_token_per_message(engine: &dyn Engine) {
             ..QueueLimits::default()
         },
         QueueLimits {
+            max_in_flight: Some(crate::jobs::MAX_IN_FLIGHT + 1),
+            ..QueueLimits::default()
+        },
+        QueueLimits {
             rate: Some(rate(0, 1, 1)),
             ..QueueLimits::default()
         },
@@ -287,4 +291,66 @@ pub async fn rate_limiters_take_tokens_by_name(engine: &dyn Engine) {
     ] {
         assert!(l.try_take(name, &r, n, 0).await.is_err(), "{name} {n}");
     }
+}
+
+/// Buckets are forgotten only once they are full again (then they are
+/// what a bucket never taken from is): neither `sweep-expired` on a queue
+/// nor takes from many other named buckets give back a token early.
+pub async fn rate_buckets_are_forgotten_only_when_full(engine: &dyn Engine) {
+    let q = Queue::open(engine, "rate-sweep").await.unwrap();
+    q.set_limits(&QueueLimits {
+        group_concurrency: 100,
+        rate: Some(rate(4, 1, 1_000)),
+        rate_per_group: true,
+        ..QueueLimits::default()
+    })
+    .await
+    .unwrap();
+    for i in 0..10 {
+        for g in ["A", "B"] {
+            q.send_with(&text(&format!("{g}{i}")), &grouped(g), 0)
+                .await
+                .unwrap();
+        }
+    }
+    let claim = |at: i64| {
+        let q = &q;
+        async move { q.claim(100, Some(1_000_000), None, at).await.unwrap().len() }
+    };
+    assert_eq!(claim(1).await, 8);
+    // Two intervals later each bucket holds 2 of 4: a sweep keeps them.
+    q.sweep_expired(2_001).await.unwrap();
+    assert_eq!(claim(2_001).await, 4);
+    // Long after, both are full: swept or not, each gives its capacity.
+    q.sweep_expired(100_000).await.unwrap();
+    assert_eq!(claim(100_000).await, 8);
+
+    let l = Limiters::open(engine).await.unwrap();
+    let r = rate(5, 1, 1_000);
+    assert_eq!(
+        l.try_take("held", &r, 5, 0).await.unwrap(),
+        Taken::Granted(0)
+    );
+    for i in 0..300 {
+        let name = format!("other-{i}");
+        assert_eq!(
+            l.try_take(&name, &r, 1, i).await.unwrap(),
+            Taken::Granted(4)
+        );
+    }
+    // At 3 s every "other" bucket is full again and "held" has 3 tokens:
+    // takes from new names then may forget the former, not the latter.
+    for i in 0..300 {
+        l.try_take(&format!("later-{i}"), &r, 1, 3_000)
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        l.try_take("held", &r, 4, 3_000).await.unwrap(),
+        Taken::WaitMs(1_000)
+    );
+    assert_eq!(
+        l.try_take("held", &r, 3, 3_000).await.unwrap(),
+        Taken::Granted(0)
+    );
 }

@@ -18,8 +18,9 @@ type LockRow = (Option<String>, u64, Option<i64>);
 #[derive(Default)]
 pub(super) struct MemLocks(
     Mutex<HashMap<String, LockRow>>,
-    /// The free-standing token buckets, by name.
-    Mutex<HashMap<String, Bucket>>,
+    /// The free-standing token buckets, by name (with when each is full
+    /// again), and how many there were after the last sweep.
+    Mutex<(HashMap<String, (Bucket, i64)>, usize)>,
 );
 
 #[async_trait]
@@ -31,13 +32,22 @@ impl LockEngine for MemLocks {
         n: u32,
         now: i64,
     ) -> AlkResult<Taken> {
-        let mut buckets = lock(&self.1);
+        let mut guard = lock(&self.1);
+        let (buckets, swept) = &mut *guard;
         let bucket = buckets
             .get(name)
-            .copied()
+            .map(|(b, _)| *b)
             .unwrap_or_else(|| Bucket::full(rate, now));
         let (taken, after) = bucket.take(rate, n, now);
-        buckets.insert(name.to_string(), after);
+        if let Taken::Granted(_) = taken {
+            buckets.insert(name.to_string(), (after, after.full_at(rate)));
+            // Buckets full again go once there are twice as many as after
+            // the last sweep: each take pays for its share.
+            if buckets.len() >= (*swept * 2).max(64) {
+                buckets.retain(|_, (_, full_at)| *full_at > now);
+                *swept = buckets.len();
+            }
+        }
         Ok(taken)
     }
 

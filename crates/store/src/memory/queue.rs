@@ -610,11 +610,22 @@ impl QueueEngine for MemQueue {
         for id in &expired {
             q.bury(*id, EXPIRED_ERROR, now);
         }
-        // Results whose time ran out, and unique keys that hold nothing
-        // any more.
+        // Results whose time ran out, unique keys that hold nothing any
+        // more, and rate buckets that are full again.
         q.results.retain(|_, r| r.expires_at > now);
-        let QueueState { unique, msgs, .. } = &mut *q;
+        let QueueState {
+            unique,
+            msgs,
+            buckets,
+            limits,
+            ..
+        } = &mut *q;
         unique.retain(|_, (id, until)| Unique::blocks(*until, msgs.contains_key(id), now));
+        // Buckets full again are what a bucket never taken from is.
+        match limits.rate {
+            Some(rate) => buckets.retain(|_, b| b.full_at(&rate) > now),
+            None => buckets.clear(),
+        }
         Ok(expired.len() as u64)
     }
 

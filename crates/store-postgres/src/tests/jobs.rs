@@ -489,26 +489,22 @@ async fn bucket_rows_are_forgotten_once_full_again() {
     }
     let rows = count("limiters").await;
     assert!(rows <= 2, "{rows} limiter rows left");
-    let before: i64 = db
-        .query_one(
+    // The newest row version: a write makes a new one.
+    let newest = async || -> i64 {
+        db.query_one(
             &format!("SELECT max(xmin::text::bigint) FROM {schema}.limiters"),
             &[],
         )
         .await
         .unwrap()
-        .get(0);
+        .get(0)
+    };
+    let before = newest().await;
     assert_eq!(
         l.try_take("user-199", &rate, 2, 199_050).await.unwrap(),
         Taken::WaitMs(150)
     );
-    let after: i64 = db
-        .query_one(
-            &format!("SELECT max(xmin::text::bigint) FROM {schema}.limiters"),
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let after = newest().await;
     assert_eq!(before, after, "a refused take wrote its row");
 
     let q = Queue::open(&e, "swept").await.unwrap();

@@ -232,6 +232,28 @@ pub(crate) async fn write_sql(store: &Store, sql: &str) {
         .unwrap();
 }
 
+/// The plan (`EXPLAIN QUERY PLAN`) of `sql` with `params` on `store`, its
+/// steps joined by ` | `: how tests pin that a statement uses its index.
+#[cfg(test)]
+pub(crate) async fn plan_of(store: &Store, sql: &str, params: Vec<turso::Value>) -> String {
+    store
+        .run(|conn: turso::Connection| {
+            let (sql, params) = (sql.to_string(), params.clone());
+            Box::pin(async move {
+                let mut rows = conn
+                    .query(&format!("EXPLAIN QUERY PLAN {sql}"), params)
+                    .await?;
+                let mut plan = Vec::new();
+                while let Some(row) = rows.next().await? {
+                    plan.push(row.get::<String>(3)?);
+                }
+                Ok(plan.join(" | "))
+            })
+        })
+        .await
+        .unwrap()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -387,22 +387,12 @@ mod tests {
             l.take_tokens("user-499", &rate, 1, 499_100).await.unwrap(),
             Taken::Granted(0)
         );
-        let plan = l
-            .store
-            .run(|conn: Connection| {
-                Box::pin(async move {
-                    let mut rows = conn
-                        .query(&format!("EXPLAIN QUERY PLAN {SWEEP_TOKENS}"), (0, 2))
-                        .await?;
-                    let mut plan = Vec::new();
-                    while let Some(row) = rows.next().await? {
-                        plan.push(row.get::<String>(3)?);
-                    }
-                    Ok(plan.join(" | "))
-                })
-            })
-            .await
-            .unwrap();
+        let plan = crate::plan_of(
+            &l.store,
+            SWEEP_TOKENS,
+            vec![Value::Integer(0), Value::Integer(2)],
+        )
+        .await;
         assert!(plan.contains("idx_rate_buckets_full"), "{plan}");
     }
 

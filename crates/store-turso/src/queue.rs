@@ -263,6 +263,15 @@ WHERE served > ?2 AND (priority >= ?1 OR group_key = '') ORDER BY served, id LIM
 /// place go to the lower id).
 pub const ROUND_TIES: &str = "SELECT id, group_key, served FROM message_groups INDEXED BY idx_groups_served \
 WHERE served = ?2 AND id > ?4 AND (priority >= ?1 OR group_key = '') ORDER BY served, id LIMIT ?3";
+/// [`ROUND`] with a rate per group: participants whose bucket is empty
+/// (no token, its interval running since after `?4`) are passed over.
+pub const ROUND_OPEN: &str = "SELECT id, group_key, served FROM message_groups INDEXED BY idx_groups_served \
+WHERE served > ?2 AND (priority >= ?1 OR group_key = '') AND NOT EXISTS (SELECT 1 FROM rate_buckets \
+WHERE bucket = group_key AND tokens <= 0 AND since > ?4) ORDER BY served, id LIMIT ?3";
+/// [`ROUND_TIES`] with a rate per group, as [`ROUND_OPEN`] (`?5`).
+pub const ROUND_TIES_OPEN: &str = "SELECT id, group_key, served FROM message_groups INDEXED BY idx_groups_served \
+WHERE served = ?2 AND id > ?4 AND (priority >= ?1 OR group_key = '') AND NOT EXISTS (SELECT 1 FROM rate_buckets \
+WHERE bucket = group_key AND tokens <= 0 AND since > ?5) ORDER BY served, id LIMIT ?3";
 /// The oldest message of group `?1` (only it can be claimed).
 pub const HEAD: &str = "SELECT id, visible_at, attempt, max_attempts, expires_at FROM messages \
 INDEXED BY idx_messages_group WHERE group_key IS NOT NULL AND group_key = ?1 ORDER BY id LIMIT 1";
@@ -826,6 +835,11 @@ async fn claim_v2_on(
     // Work of the whole claim: participants looked at, messages buried.
     let mut looked = 0usize;
     let mut burials = 0usize;
+    // With a rate per group, a bucket whose interval began after this has
+    // had no refill yet: when it holds no token, its group is passed over.
+    let refilled = grouped
+        .rate
+        .map(|r| now.saturating_sub(i64::try_from(r.interval_ms).unwrap_or(i64::MAX).max(1)));
     loop {
         let mut left = max as usize - out.len();
         let mut picks: Vec<i64> = Vec::new();
@@ -835,18 +849,19 @@ async fn claim_v2_on(
         'round: loop {
             let page = (left + 32) as i64;
             let mut round = Vec::new();
-            for (sql, params) in [
-                (ROUND_TIES, (floor, at.0, page, at.1)),
-                (ROUND, (floor, at.0, page, 0)),
-            ] {
+            for ties in [true, false] {
                 // Nothing ties with the start of the walk.
-                if round.len() as i64 >= page || (sql == ROUND_TIES && at.0 == -1) {
+                if round.len() as i64 >= page || (ties && at.0 == -1) {
                     continue;
                 }
-                let mut rows = if sql == ROUND {
-                    query(conn, sql, (params.0, params.1, page - round.len() as i64)).await?
-                } else {
-                    query(conn, sql, params).await?
+                let want = page - round.len() as i64;
+                let mut rows = match (ties, refilled) {
+                    (true, None) => query(conn, ROUND_TIES, (floor, at.0, want, at.1)).await?,
+                    (true, Some(r)) => {
+                        query(conn, ROUND_TIES_OPEN, (floor, at.0, want, at.1, r)).await?
+                    }
+                    (false, None) => query(conn, ROUND, (floor, at.0, want)).await?,
+                    (false, Some(r)) => query(conn, ROUND_OPEN, (floor, at.0, want, r)).await?,
                 };
                 while let Some(row) = rows.next().await? {
                     round.push((
@@ -857,7 +872,8 @@ async fn claim_v2_on(
                 }
             }
             let full = round.len() as i64 == page;
-            whole_round |= !full && at.0 == -1;
+            // A walk that passes over empty buckets does not see every group.
+            whole_round |= !full && at.0 == -1 && refilled.is_none();
             saw_group |= round.iter().any(|(_, key, _)| !key.is_empty());
             for (gid, key, served_at) in round {
                 at = (served_at, gid);
@@ -2365,22 +2381,7 @@ mod tests {
     }
 
     async fn plan_of(q: &QueueStore, sql: &'static str, params: Vec<Value>) -> String {
-        q.store
-            .run(|conn: Connection| {
-                let params = params.clone();
-                Box::pin(async move {
-                    let mut rows = conn
-                        .query(&format!("EXPLAIN QUERY PLAN {sql}"), params)
-                        .await?;
-                    let mut plan = Vec::new();
-                    while let Some(row) = rows.next().await? {
-                        plan.push(row.get::<String>(3)?);
-                    }
-                    Ok(plan.join(" | "))
-                })
-            })
-            .await
-            .unwrap()
+        crate::plan_of(&q.store, sql, params).await
     }
 
     #[tokio::test]
@@ -2627,6 +2628,8 @@ mod tests {
                 ("SET_LIMITS", SET_LIMITS),
                 ("IN_FLIGHT", IN_FLIGHT),
                 ("HEADS", HEADS),
+                ("ROUND_OPEN", ROUND_OPEN),
+                ("ROUND_TIES_OPEN", ROUND_TIES_OPEN),
                 ("BUCKET", BUCKET),
                 ("SET_BUCKET", SET_BUCKET),
                 ("EMPTY_SINCE", EMPTY_SINCE),
@@ -2658,6 +2661,16 @@ mod tests {
             (IN_FLIGHT, vec![i(0), i(10)], "idx_messages_in_flight"),
             (SWEEP_BUCKETS, vec![i(0), i(10)], "idx_rate_buckets_since"),
             (HEADS, vec![t("g"), i(2)], "idx_messages_group"),
+            (
+                ROUND_OPEN,
+                vec![i(0), i(0), i(10), i(0)],
+                "idx_groups_served",
+            ),
+            (
+                ROUND_TIES_OPEN,
+                vec![i(0), i(0), i(10), i(1), i(0)],
+                "idx_groups_served",
+            ),
             (EMPTY_SINCE, vec![i(0)], "idx_rate_buckets_empty"),
             (SWEEP_RESULTS, vec![i(0), i(10)], "idx_results_expiry"),
             (SWEEP_UNIQUE_UNTIL, vec![i(0), i(10)], "idx_unique_until"),

@@ -1248,31 +1248,16 @@ mod tests {
             (RELAY_MARKED, "idx_relay_queue"),
             (RELAY_DONE, "idx_relay_queue"),
         ] {
-            let plan = s
-                .store
-                .run(|conn: Connection| {
-                    Box::pin(async move {
-                        let params: Vec<Value> = match sql {
-                            RELAY_NEXT_QUEUE => vec![Value::Text("q".into())],
-                            RELAY_PAGE => vec![
-                                Value::Text("q".into()),
-                                Value::Integer(0),
-                                Value::Integer(10),
-                            ],
-                            _ => vec![Value::Text("q".into()), Value::Integer(10)],
-                        };
-                        let mut rows = conn
-                            .query(&format!("EXPLAIN QUERY PLAN {sql}"), params)
-                            .await?;
-                        let mut plan = Vec::new();
-                        while let Some(row) = rows.next().await? {
-                            plan.push(row.get::<String>(3)?);
-                        }
-                        Ok(plan.join(" | "))
-                    })
-                })
-                .await
-                .unwrap();
+            let params: Vec<Value> = match sql {
+                RELAY_NEXT_QUEUE => vec![Value::Text("q".into())],
+                RELAY_PAGE => vec![
+                    Value::Text("q".into()),
+                    Value::Integer(0),
+                    Value::Integer(10),
+                ],
+                _ => vec![Value::Text("q".into()), Value::Integer(10)],
+            };
+            let plan = crate::plan_of(&s.store, sql, params).await;
             assert!(plan.contains(index), "{sql}: {plan}");
             assert!(!plan.contains("TEMP B-TREE"), "{sql}: {plan}");
         }

@@ -100,6 +100,7 @@ macro_rules! conformance_tests {
                 rate_claims_take_one_token_per_message,
                 rate_throttled_until_names_the_next_token,
                 rate_per_group_buckets_are_separate,
+                rate_groups_with_tokens_are_reached_past_throttled_ones,
                 rate_racing_claimers_share_one_bucket,
                 rate_limiters_take_tokens_by_name,
                 rate_buckets_are_forgotten_only_when_full,

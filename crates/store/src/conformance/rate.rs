@@ -220,6 +220,59 @@ pub async fn rate_per_group_buckets_are_separate(engine: &dyn Engine) {
     assert_eq!((count(Some("A")), count(Some("B")), count(None)), (0, 1, 1));
 }
 
+/// With a rate per group, groups whose bucket is empty are passed over
+/// without counting toward a claim's work: a group with tokens behind more
+/// throttled groups than one claim looks at is still reached.
+pub async fn rate_groups_with_tokens_are_reached_past_throttled_ones(engine: &dyn Engine) {
+    let q = Queue::open(engine, "rate-past-throttled").await.unwrap();
+    q.set_limits(&QueueLimits {
+        group_concurrency: 2,
+        rate: Some(rate(1, 1, 60_000)),
+        rate_per_group: true,
+        ..QueueLimits::default()
+    })
+    .await
+    .unwrap();
+    let groups = 1_050;
+    for i in 0..groups {
+        q.send_batch_with(
+            &[text("first"), text("second")],
+            &grouped(&format!("g{i:04}")),
+            0,
+        )
+        .await
+        .unwrap();
+    }
+    // Each group gives its first message; every bucket is then empty and
+    // every group still has a due message, ahead of the late one.
+    let mut claimed = 0;
+    loop {
+        let got = q.claim(1_000, Some(1_000_000), None, 1).await.unwrap();
+        if got.is_empty() {
+            break;
+        }
+        assert!(got.iter().all(|d| d.payload == text("first")));
+        claimed += got.len();
+    }
+    assert_eq!(claimed, groups);
+    q.send_with(&text("late"), &grouped("late"), 2)
+        .await
+        .unwrap();
+    let got = q.claim(1, Some(1_000_000), None, 3).await.unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].payload, text("late"));
+    // When the interval ends, every group has a token again.
+    let mut second = 0;
+    loop {
+        let got = q.claim(1_000, Some(1_000_000), None, 60_001).await.unwrap();
+        if got.is_empty() {
+            break;
+        }
+        second += got.len();
+    }
+    assert_eq!(second, groups);
+}
+
 /// Claimers racing on one rate-limited queue share one bucket: together
 /// they never get more than it holds.
 pub async fn rate_racing_claimers_share_one_bucket(engine: &dyn Engine) {

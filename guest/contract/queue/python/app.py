@@ -358,7 +358,8 @@ def contract():
     def heartbeat_extends_a_live_delivery_only():
         q = fresh("heartbeat")
         q.send("long")
-        d = q.claim(1, visibility_ms=40)
+        # Live until the heartbeat however loaded the machine is.
+        d = q.claim(1, visibility_ms=2_000)
         ensure(q.heartbeat(d[0].receipt, 10_000) is True)
         pause(60)
         ensure(q.claim(1) == [])
@@ -381,14 +382,16 @@ def contract():
 
     def expired_messages_go_to_the_dead_letters():
         q = fresh("expiry")
-        waiting = q.send("a", expires_in_ms=40)
-        held = q.send("b", expires_in_ms=40)
+        # Long enough that both are claimed before they expire however
+        # loaded the machine is; short enough to wait for.
+        waiting = q.send("a", expires_in_ms=2_000)
+        held = q.send("b", expires_in_ms=2_000)
         d = q.claim(1, visibility_ms=60_000)
         ensure(len(d) == 1 and d[0].id == waiting)
         h = q.claim(1, visibility_ms=60_000)
         ensure(len(h) == 1 and h[0].id == held, h)
         q.nack(d[0].receipt)
-        pause(60)
+        pause(2_100)
         ensure(q.claim(10) == [])
         ensure(q.get_job(waiting).state == JobState.DEAD)
         ensure(q.sweep_expired() == 1)

@@ -514,8 +514,9 @@ fn main() {
     c.case("heartbeat-extends-a-live-delivery-only", || {
         let q = fresh("heartbeat");
         ok!(q.send(&Payload::Text("long".into())));
+        // Live until the heartbeat however loaded the machine is.
         let d = ok!(q.claim(ClaimOptions {
-            visibility_ms: Some(40),
+            visibility_ms: Some(2_000),
             ..take(1)
         }));
         ensure_matches!(q.heartbeat(&d[0].receipt, 10_000), Ok(true));
@@ -555,8 +556,10 @@ fn main() {
     });
     c.case("expired-messages-go-to-the-dead-letters", || {
         let q = fresh("expiry");
+        // Long enough that both are claimed before they expire however
+        // loaded the machine is; short enough to wait for.
         let brief = SendOptions {
-            expires_in_ms: Some(40),
+            expires_in_ms: Some(2_000),
             ..plain()
         };
         let waiting = ok!(q.send_with(&Payload::Text("a".into()), &brief));
@@ -572,7 +575,7 @@ fn main() {
         }));
         ensure!(h.len() == 1 && h[0].id == held, "{h:?}");
         ok!(q.nack(&d[0].receipt));
-        pause(60);
+        pause(2_100);
         // The due one is buried by the claim, the one in flight by the sweep.
         ensure_matches!(q.claim(take(10)), Ok(v) if v.is_empty());
         ensure_matches!(q.get_job(waiting), Ok(Some(j)) if j.state == JobState::Dead);

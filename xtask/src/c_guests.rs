@@ -10,6 +10,13 @@
 //! `<interface>-contract-c.wasm` and `guest/c/<name>/*.c` becomes
 //! `<name>-c.wasm`. Each binds world `kv-imports` of `wit/` with a plain
 //! `main()`, unless a `world.txt` in its folder names another world.
+//!
+//! The README's C recipe runs the same steps as commands: `wit-bindgen c`,
+//! `zig cc` and `wasm-tools component new` with the adapter file. For the
+//! test that runs it (`tests/integration/guest_recipes.rs`) this module
+//! also installs those two commands into `target/c/tools/bin` (from
+//! crates.io, the releases matching the crates above) and writes the
+//! adapter to `target/c/wasi_snapshot_preview1.command.wasm`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -38,8 +45,9 @@ const CFLAGS: &[&str] = &[
     "-Werror",
 ];
 
-/// Builds every C guest into `out`.
+/// Builds every C guest into `out`; installs the C recipe's tools.
 pub(crate) fn build(root: &Path, out: &Path) -> Result<()> {
+    ensure_recipe_tools()?;
     let guests = guests(root)?;
     if guests.is_empty() {
         return Ok(());
@@ -177,6 +185,85 @@ fn bindings(wit: &Path, world: &str, work: &Path) -> Result<Vec<PathBuf>> {
 /// Where the C toolchain lives: `target/c`.
 fn tool_dir() -> PathBuf {
     crate::target_dir().join("c")
+}
+
+/// The commands of the README's C recipe, as `cargo install` arguments:
+/// the wit-bindgen release of `wit-bindgen-c` above with its C generator
+/// only, and the wasm-tools release of the `wit-component` above with its
+/// `component` commands only (the rest would only lengthen the build).
+const RECIPE_TOOLS: &[&[&str]] = &[
+    &[
+        "wit-bindgen-cli@0.60.0",
+        "--no-default-features",
+        "--features",
+        "c",
+    ],
+    &[
+        "wasm-tools@1.254.2",
+        "--no-default-features",
+        "--features",
+        "component",
+    ],
+];
+
+/// The file naming the installed recipe tools, in `target/c/tools`.
+const TOOLS_MARKER: &str = "installed.txt";
+
+/// Installs the C recipe's `wit-bindgen` and `wasm-tools` into
+/// `target/c/tools/bin` unless the ones there are the pinned releases,
+/// writes the preview-1 command adapter into `target/c`, and installs zig.
+fn ensure_recipe_tools() -> Result<()> {
+    // The recipe compiles with the same zig.
+    Zig::ensure()?;
+    let dir = tool_dir();
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let adapter = dir.join(WASI_SNAPSHOT_PREVIEW1_ADAPTER_NAME.to_string() + ".command.wasm");
+    if std::fs::read(&adapter).ok().as_deref() != Some(WASI_SNAPSHOT_PREVIEW1_COMMAND_ADAPTER) {
+        std::fs::write(&adapter, WASI_SNAPSHOT_PREVIEW1_COMMAND_ADAPTER)
+            .map_err(|e| format!("{}: {e}", adapter.display()))?;
+    }
+    let tools = dir.join("tools");
+    let marker = tools.join(TOOLS_MARKER);
+    let pins = RECIPE_TOOLS
+        .iter()
+        .map(|args| args.join(" "))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let present = ["wit-bindgen", "wasm-tools"]
+        .iter()
+        .all(|bin| tools.join("bin").join(bin).exists());
+    if present && std::fs::read_to_string(&marker).ok().as_deref() == Some(pins.as_str()) {
+        return Ok(());
+    }
+    let _ = std::fs::remove_file(&marker);
+    let build = dir.join("tools-build");
+    let started = std::time::Instant::now();
+    for args in RECIPE_TOOLS {
+        crate::run(
+            crate::cargo()
+                .args(["install", "--quiet", "--locked", "--force", "--root"])
+                .arg(&tools)
+                .arg("--target-dir")
+                .arg(&build)
+                .args(*args),
+        )
+        .map_err(|e| {
+            format!(
+                "{e}\ninstalling {} failed: check that crates.io can be reached (cargo's proxy \
+                 and registry settings apply), then run `cargo xtask guests` again",
+                args[0]
+            )
+        })?;
+    }
+    // Only the two binaries are kept.
+    let _ = std::fs::remove_dir_all(&build);
+    std::fs::write(&marker, &pins).map_err(|e| format!("{}: {e}", marker.display()))?;
+    eprintln!(
+        "xtask: installed wit-bindgen and wasm-tools into {} in {:.0} s",
+        tools.join("bin").display(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
 }
 
 /// The file naming the installed zig release.

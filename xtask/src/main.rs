@@ -11,9 +11,15 @@
 //!   `<interface>-contract-c.wasm`). Installs the `wasm32-wasip2` target, the
 //!   Python tooling (into `target/py`), componentize-js from npm (into
 //!   `target/js`, pinned by `guest/js/toolchain/package-lock.json`; needs
-//!   Node.js and npm) and zig for C (into `target/c`) when missing.
-//! - `demo`: builds the host and `hello`, then runs `hello` twice with
-//!   `alk-host run` on a demo data directory.
+//!   Node.js and npm) and zig for C (into `target/c`) when missing, and for
+//!   the README's C recipe the `wit-bindgen` and `wasm-tools` commands (from
+//!   crates.io, into `target/c/tools`; see `c_guests.rs`).
+//! - `demo`: builds only the `alk-host` command and the Rust `hello` guest
+//!   (no other guest, no toolchain but the `wasm32-wasip2` target), then
+//!   runs `hello` twice with `alk-host run` on a demo data directory.
+//! - `example [options…]`: builds the host and the guests of the orders
+//!   example (`examples/orders`), then runs `examples/orders/run.sh` with
+//!   them on a fresh `target/orders-example/`; options go to the script.
 //! - `test`: checks the vendored WIT, builds the guests, then runs every
 //!   test of the workspace.
 //! - `soak [runs] [seconds] [filter]`: the long form of the multi-process
@@ -45,10 +51,15 @@ use std::process::{Command, ExitCode};
 mod bench;
 mod bench_serve;
 mod c_guests;
+mod demo;
 mod js_guests;
 
 /// The componentize-py release the Python guests are built with.
 const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
+
+/// The build backend of the `alk_store` package (`guest/python/lib`): its
+/// wheel is kept beside componentize-py's (see `ensure_componentize_py`).
+const SETUPTOOLS: &str = "setuptools==80.9.0";
 
 /// The world Python guests bind.
 const PYTHON_WORLD: &str = "command";
@@ -59,7 +70,8 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("guests") => guests().map(|_| ()),
-        Some("demo") => demo(),
+        Some("demo") => demo::run(),
+        Some("example") => example(&args[1..]),
         Some("test") => test(&args[1..]),
         Some("soak") => soak(&args[1..]),
         Some("powerloss") => powerloss(&args[1..]),
@@ -69,7 +81,7 @@ fn main() -> ExitCode {
         Some("postgres") => postgres(),
         _ => {
             eprintln!(
-                "usage: cargo xtask <guests|demo|test [cargo test args…]|soak [runs] [seconds] [filter]|powerloss [cuts]|bench [serve|limits]|postgres|vendor-wit [--check]>"
+                "usage: cargo xtask <guests|demo|example [run.sh options…]|test [cargo test args…]|soak [runs] [seconds] [filter]|powerloss [cuts]|bench [serve|limits]|postgres|vendor-wit [--check]>"
             );
             return ExitCode::from(2);
         }
@@ -86,8 +98,8 @@ fn main() -> ExitCode {
 /// How xtask builds binaries: the whole workspace at once, like `cargo test
 /// --workspace`. Cargo unifies dependency features over the packages it
 /// builds, so building one package alone would compile some dependencies a
-/// second time with other features (`cargo xtask demo` and then `cargo
-/// xtask test` would build parts of the world twice).
+/// second time with other features (`cargo xtask demo` builds the host
+/// alone with pins that avoid this: see `demo.rs`).
 const WORKSPACE_BUILD: &[&str] = &["build", "--quiet", "--workspace", "--bins"];
 
 /// Where builds go: `CARGO_TARGET_DIR` when set (cargo itself honours it
@@ -99,14 +111,14 @@ pub(crate) fn target_dir() -> PathBuf {
         .unwrap_or_else(|| root().join("target"))
 }
 
-fn root() -> PathBuf {
+pub(crate) fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .unwrap()
         .to_path_buf()
 }
 
-fn cargo() -> Command {
+pub(crate) fn cargo() -> Command {
     Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
 }
 
@@ -115,7 +127,7 @@ fn run(cmd: &mut Command) -> Result<()> {
     run_quiet(cmd)
 }
 
-fn run_quiet(cmd: &mut Command) -> Result<()> {
+pub(crate) fn run_quiet(cmd: &mut Command) -> Result<()> {
     let status = cmd
         .status()
         .map_err(|e| format!("cannot start {cmd:?}: {e}"))?;
@@ -133,7 +145,7 @@ fn output(cmd: &mut Command) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-fn ensure_wasm_target() -> Result<()> {
+pub(crate) fn ensure_wasm_target() -> Result<()> {
     let installed = output(Command::new("rustup").args(["target", "list", "--installed"]))?;
     if !installed.lines().any(|l| l.trim() == "wasm32-wasip2") {
         run(Command::new("rustup").args(["target", "add", "wasm32-wasip2"]))?;
@@ -142,24 +154,45 @@ fn ensure_wasm_target() -> Result<()> {
 }
 
 /// A private virtualenv with componentize-py; nothing is installed globally.
+/// The wheels it is installed from stay in `target/py/wheels`, with the
+/// build backend of `alk_store`: the Python recipe test
+/// (`tests/integration/guest_recipes.rs`) installs both from there into a
+/// virtualenv of its own, without the network.
 fn ensure_componentize_py() -> Result<PathBuf> {
     let venv = crate::target_dir().join("py");
     let bin = venv.join("bin/componentize-py");
     let marker = venv.join("installed.txt");
-    if bin.exists() && std::fs::read_to_string(&marker).ok().as_deref() == Some(COMPONENTIZE_PY) {
+    let wheels = venv.join("wheels");
+    let pins = format!("{COMPONENTIZE_PY} {SETUPTOOLS}");
+    if bin.exists()
+        && wheels.is_dir()
+        && std::fs::read_to_string(&marker).ok().as_deref() == Some(pins.as_str())
+    {
         return Ok(bin);
     }
     let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
     run(Command::new(&python).args(["-m", "venv"]).arg(&venv))?;
-    run(Command::new(venv.join("bin/python")).args([
-        "-m",
-        "pip",
-        "install",
-        "--quiet",
-        "--disable-pip-version-check",
-        COMPONENTIZE_PY,
-    ]))?;
-    std::fs::write(&marker, COMPONENTIZE_PY).map_err(|e| e.to_string())?;
+    let pip = |command: &str| {
+        let mut cmd = Command::new(venv.join("bin/python"));
+        cmd.args([
+            "-m",
+            "pip",
+            command,
+            "--quiet",
+            "--disable-pip-version-check",
+        ]);
+        cmd
+    };
+    let _ = std::fs::remove_dir_all(&wheels);
+    run(pip("download")
+        .arg("--dest")
+        .arg(&wheels)
+        .args([COMPONENTIZE_PY, SETUPTOOLS]))?;
+    run(pip("install")
+        .args(["--no-index", "--find-links"])
+        .arg(&wheels)
+        .arg(COMPONENTIZE_PY))?;
+    std::fs::write(&marker, &pins).map_err(|e| e.to_string())?;
     Ok(bin)
 }
 
@@ -180,18 +213,15 @@ fn guests() -> Result<PathBuf> {
         .arg(crate::target_dir().join("wasm")))?;
     // Every guest crate with a `main` (a command) or a `cdylib` library
     // (an HTTP handler) is a component named after its package: the crates
-    // under guest/ and the contract guests under
-    // guest/contract/<interface>/rust.
+    // under guest/, the contract guests under
+    // guest/contract/<interface>/rust and the example apps' crates under
+    // examples/<app>/.
     let mut rust_guests: Vec<(String, String)> = Vec::new();
-    for dir in guest_dirs(&root, "rust")? {
-        let name = if dir.join("src/main.rs").exists() {
-            package_name(&dir)?
-        } else if dir.join("src/lib.rs").exists() && is_cdylib(&dir)? {
-            package_name(&dir)?.replace('-', "_")
-        } else {
-            continue;
-        };
-        rust_guests.push((name, package_name(&dir)?));
+    for dir in guest_dirs(&root, "rust")?
+        .into_iter()
+        .chain(example_dirs(&root)?)
+    {
+        rust_guests.extend(rust_component(&dir)?);
     }
     rust_guests.sort();
     for (built_name, name) in &rust_guests {
@@ -279,6 +309,36 @@ fn guest_dirs(root: &Path, lang: &str) -> Result<Vec<PathBuf>> {
             .filter(|p| p.is_dir()),
     );
     Ok(dirs)
+}
+
+/// The crates of the example apps (`examples/<app>/<crate>`), members of
+/// the guest workspace.
+fn example_dirs(root: &Path) -> Result<Vec<PathBuf>> {
+    let examples = root.join("examples");
+    let mut dirs = Vec::new();
+    if examples.is_dir() {
+        for app in subdirs(&examples)? {
+            dirs.extend(
+                subdirs(&app)?
+                    .into_iter()
+                    .filter(|d| d.join("Cargo.toml").exists()),
+            );
+        }
+    }
+    Ok(dirs)
+}
+
+/// The component the Rust crate in `dir` builds, if it builds one: the
+/// file name cargo gives it (without `.wasm`) and its package name.
+fn rust_component(dir: &Path) -> Result<Option<(String, String)>> {
+    let built = if dir.join("src/main.rs").exists() {
+        package_name(dir)?
+    } else if dir.join("src/lib.rs").exists() && is_cdylib(dir)? {
+        package_name(dir)?.replace('-', "_")
+    } else {
+        return Ok(None);
+    };
+    Ok(Some((built, package_name(dir)?)))
 }
 
 /// Whether the crate in `dir` builds a `cdylib` (a component exporting
@@ -372,27 +432,6 @@ fn bench_tools() -> Result<(PathBuf, PathBuf, PathBuf)> {
     Ok((host, crate::target_dir().join("debug/alk-bench"), wasmtime))
 }
 
-fn demo() -> Result<()> {
-    let root = root();
-    let guests = guests()?;
-    run(cargo().current_dir(&root).args(WORKSPACE_BUILD))?;
-    let host = crate::target_dir().join("debug/alk-host");
-    let data = crate::target_dir().join("demo-data");
-    for visitor in ["Ada", "Grace"] {
-        eprintln!(
-            "\n$ alk-host run target/guests/hello.wasm --data-dir target/demo-data -- {visitor}"
-        );
-        run_quiet(
-            Command::new(&host)
-                .arg("run")
-                .arg(guests.join("hello.wasm"))
-                .arg("--data-dir")
-                .arg(&data)
-                .args(["--", visitor]),
-        )?;
-    }
-    Ok(())
-}
 
 /// The variable naming the PostgreSQL server tests and benchmarks use.
 const TEST_POSTGRES: &str = alk_pg_cluster::TEST_URL_VAR;
@@ -447,6 +486,64 @@ fn test(extra: &[String]) -> Result<()> {
     // Shown before the server's URL is added: it carries a password.
     eprintln!("xtask: running {cmd:?} with {TEST_POSTGRES} set");
     run_quiet(cmd.env(TEST_POSTGRES, &postgres))
+}
+
+/// `cargo xtask example`: the host (built like the tests build it) and the
+/// orders example's guests only (no other guest, no toolchain but the
+/// `wasm32-wasip2` target), then `examples/orders/run.sh` with them on a
+/// fresh `target/orders-example/` (`data/` and `logs/`). `args` go to the
+/// script (`--orders 200 --workers 4`, `--hold`, …).
+fn example(args: &[String]) -> Result<()> {
+    let root = root();
+    run(cargo().current_dir(&root).args(WORKSPACE_BUILD))?;
+    ensure_wasm_target()?;
+    let app = root.join("examples/orders");
+    let mut components = Vec::new();
+    for dir in example_dirs(&root)?.iter().filter(|d| d.starts_with(&app)) {
+        components.extend(rust_component(dir)?);
+    }
+    let mut build = cargo();
+    build
+        .current_dir(root.join("guest"))
+        .args([
+            "build",
+            "--release",
+            "--target",
+            "wasm32-wasip2",
+            "--target-dir",
+        ])
+        .arg(crate::target_dir().join("wasm"));
+    for (_, name) in &components {
+        build.args(["-p", name]);
+    }
+    run(&mut build)?;
+    let guests = crate::target_dir().join("guests");
+    std::fs::create_dir_all(&guests).map_err(|e| e.to_string())?;
+    for (built_name, name) in &components {
+        let built =
+            crate::target_dir().join(format!("wasm/wasm32-wasip2/release/{built_name}.wasm"));
+        std::fs::copy(&built, guests.join(format!("{name}.wasm")))
+            .map_err(|e| format!("cannot copy {}: {e}", built.display()))?;
+    }
+    let work = crate::target_dir().join("orders-example");
+    match std::fs::remove_dir_all(&work) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("cannot remove {}: {e}", work.display())),
+    }
+    run_quiet(
+        Command::new("bash")
+            .arg(app.join("run.sh"))
+            .arg("--alk-host")
+            .arg(crate::target_dir().join("debug/alk-host"))
+            .arg("--guests")
+            .arg(&guests)
+            .arg("--data-dir")
+            .arg(work.join("data"))
+            .arg("--log-dir")
+            .arg(work.join("logs"))
+            .args(args),
+    )
 }
 
 fn soak(args: &[String]) -> Result<()> {

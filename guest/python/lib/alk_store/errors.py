@@ -8,8 +8,6 @@ subclasses of `AlkError`. A scheduling call's `store(e)` case is raised as
 the class of `e`.
 """
 
-from componentize_py_types import Err
-
 
 class AlkError(Exception):
     """Base of every error an alk call raises.
@@ -115,6 +113,10 @@ def from_wit(error):
 
 def call(fn, *args):
     """Calls a generated binding, raising its error as an `AlkError`."""
+    # Imported here: outside a component (`python -m alk_store.wit`) the
+    # package imports without componentize-py's types.
+    from componentize_py_types import Err
+
     try:
         return fn(*args)
     except Err as e:

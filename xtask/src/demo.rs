@@ -43,7 +43,9 @@ pub fn run() -> Result<()> {
     step("checking the wasm32-wasip2 target (rustup)");
     crate::ensure_wasm_target()?;
 
-    step("building alk-host (a first build compiles about 400 crates: several minutes on 2 cores)");
+    step(
+        "building alk-host (a first build compiles several hundred crates: many minutes on 2 cores)",
+    );
     build(cargo().current_dir(&root).args(HOST_BUILD), start)?;
     let host = target.join("debug/alk-host");
     step(&format!("alk-host is built: {}", shown(&root, &host)));

@@ -51,21 +51,7 @@ pub fn run() -> Result<()> {
     step(&format!("alk-host is built: {}", shown(&root, &host)));
 
     step("building the hello guest (Rust, wasm32-wasip2)");
-    build(
-        cargo()
-            .current_dir(root.join("guest"))
-            .args([
-                "build",
-                "-p",
-                "hello",
-                "--release",
-                "--target",
-                "wasm32-wasip2",
-            ])
-            .arg("--target-dir")
-            .arg(target.join("wasm")),
-        start,
-    )?;
+    build(crate::guest_build(&root).args(["-p", "hello"]), start)?;
     let guests = target.join("guests");
     std::fs::create_dir_all(&guests).map_err(|e| format!("{}: {e}", guests.display()))?;
     let guest = guests.join("hello.wasm");

@@ -201,16 +201,7 @@ fn guests() -> Result<PathBuf> {
     let out = crate::target_dir().join("guests");
     std::fs::create_dir_all(&out).map_err(|e| e.to_string())?;
     ensure_wasm_target()?;
-    run(cargo()
-        .current_dir(root.join("guest"))
-        .args([
-            "build",
-            "--release",
-            "--target",
-            "wasm32-wasip2",
-            "--target-dir",
-        ])
-        .arg(crate::target_dir().join("wasm")))?;
+    run(&mut guest_build(&root))?;
     // Every guest crate with a `main` (a command) or a `cdylib` library
     // (an HTTP handler) is a component named after its package: the crates
     // under guest/, the contract guests under
@@ -281,6 +272,17 @@ fn guests() -> Result<PathBuf> {
     c_guests::build(&root, &out)?;
     eprintln!("xtask: guests are in {}", out.display());
     Ok(out)
+}
+
+/// `cargo build` of the guest workspace (`guest/`) for `wasm32-wasip2` in
+/// release mode, into `target/wasm`: every guest, or those named with
+/// `-p` added to the command.
+pub(crate) fn guest_build(root: &Path) -> Command {
+    let mut cmd = cargo();
+    cmd.current_dir(root.join("guest"))
+        .args(["build", "--release", "--target", "wasm32-wasip2", "--target-dir"])
+        .arg(crate::target_dir().join("wasm"));
+    cmd
 }
 
 /// The folders directly inside `dir`, sorted.
@@ -502,17 +504,7 @@ fn example(args: &[String]) -> Result<()> {
     for dir in example_dirs(&root)?.iter().filter(|d| d.starts_with(&app)) {
         components.extend(rust_component(dir)?);
     }
-    let mut build = cargo();
-    build
-        .current_dir(root.join("guest"))
-        .args([
-            "build",
-            "--release",
-            "--target",
-            "wasm32-wasip2",
-            "--target-dir",
-        ])
-        .arg(crate::target_dir().join("wasm"));
+    let mut build = guest_build(&root);
     for (_, name) in &components {
         build.args(["-p", name]);
     }

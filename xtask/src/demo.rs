@@ -162,14 +162,8 @@ mod tests {
     use super::*;
 
     /// Every package with its features, as cargo resolves them for the
-    /// packages `selection` names (normal and build dependencies, and dev
-    /// ones too when `dev`).
-    fn features(selection: &[&str], dev: bool) -> std::collections::BTreeSet<String> {
-        let edges = if dev {
-            "normal,build,dev"
-        } else {
-            "normal,build"
-        };
+    /// packages `selection` names, along `edges`.
+    fn features(selection: &[&str], edges: &str) -> std::collections::BTreeSet<String> {
         let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
             .current_dir(root())
             .args([
@@ -197,15 +191,48 @@ mod tests {
             .collect()
     }
 
+    /// The feature sets of each package in `lines` (a package may be
+    /// built with one set for the target and another for build scripts
+    /// and proc-macros).
+    fn by_package(
+        lines: &std::collections::BTreeSet<String>,
+    ) -> std::collections::BTreeMap<String, std::collections::BTreeSet<String>> {
+        let mut map = std::collections::BTreeMap::<_, std::collections::BTreeSet<_>>::new();
+        for l in lines {
+            let (package, features) = l.split_once(" [").unwrap_or((l, ""));
+            map.entry(package.to_string())
+                .or_default()
+                .insert(features.to_string());
+        }
+        map
+    }
+
     #[test]
     fn the_demo_builds_the_host_with_the_features_of_the_test_build() {
-        let host = features(&["-p", "alk-host-cli", "-p", "xtask"], false);
-        let tests = features(&["--workspace"], true);
+        let host_selection = ["-p", "alk-host-cli", "-p", "xtask"];
+        // Everything, build scripts and proc-macros too: every package and
+        // feature set of the host's build is one the tests build.
+        let host = features(&host_selection, "normal,build");
+        let tests = features(&["--workspace"], "normal,build,dev");
         let differ: Vec<&String> = host.difference(&tests).collect();
         assert!(
             differ.is_empty(),
             "building alk-host alone would compile these with other features than the tests do; \
              add the missing features to the pins in cli/Cargo.toml: {differ:#?}"
+        );
+        // The code that runs (no build scripts, no proc-macros): each
+        // package has exactly the features the tests give it, not fewer.
+        let host = by_package(&features(&host_selection, "normal,no-proc-macro"));
+        let tests = by_package(&features(&["--workspace"], "normal,dev,no-proc-macro"));
+        let fewer: Vec<String> = host
+            .iter()
+            .filter(|(p, f)| tests.get(*p) != Some(f))
+            .map(|(p, f)| format!("{p}: {f:?} alone, {:?} in the tests", tests.get(p)))
+            .collect();
+        assert!(
+            fewer.is_empty(),
+            "building alk-host alone would compile these with fewer features than the tests do; \
+             add the missing features to the pins in cli/Cargo.toml: {fewer:#?}"
         );
     }
 }

@@ -12,7 +12,7 @@ use std::time::Instant;
 use crate::Result;
 
 #[path = "../../tests/shared/mix.rs"]
-mod mix;
+pub(crate) mod mix;
 
 /// Wakes measured per latency benchmark.
 const WAKE_ROUNDS: usize = 1000;
@@ -44,7 +44,7 @@ fn lines(child: &mut Child) -> std::io::Lines<BufReader<std::process::ChildStdou
     BufReader::new(child.stdout.take().expect("piped")).lines()
 }
 
-fn fresh_dir(name: &str) -> Result<PathBuf> {
+pub(crate) fn fresh_dir(name: &str) -> Result<PathBuf> {
     let dir = crate::target_dir().join("bench").join(name);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
@@ -82,7 +82,7 @@ fn expect_waiting(
     }
 }
 
-fn wait_ok(child: Child, what: &str) -> Result<String> {
+pub(crate) fn wait_ok(child: Child, what: &str) -> Result<String> {
     let out = child.wait_with_output().map_err(|e| e.to_string())?;
     if !out.status.success() {
         return Err(format!("{what} failed with {}", out.status));
@@ -186,14 +186,14 @@ const RUNS: usize = 3;
 
 /// An `ops <n> <elapsed-µs> <start-µs> <end-µs>` line.
 #[derive(Clone, Copy)]
-struct Ops {
-    n: f64,
-    elapsed_us: f64,
+pub(crate) struct Ops {
+    pub(crate) n: f64,
+    pub(crate) elapsed_us: f64,
     start_us: f64,
     end_us: f64,
 }
 
-fn parse_ops(out: &str) -> Result<Ops> {
+pub(crate) fn parse_ops(out: &str) -> Result<Ops> {
     let line = out
         .lines()
         .find_map(|l| l.strip_prefix("ops "))
@@ -389,7 +389,7 @@ fn pair_row(md: &mut String, label: &str, n: usize, cells: &[Vec<f64>]) {
     .unwrap();
 }
 
-fn fmt_ops(v: &[f64]) -> String {
+pub(crate) fn fmt_ops(v: &[f64]) -> String {
     let (lo, med, hi) = (v[0], v[v.len() / 2], v[v.len() - 1]);
     format!("{} ({}–{})", human(med), human(lo), human(hi))
 }
@@ -543,6 +543,28 @@ fn with_bench<T>(
     f(&b)
 }
 
+/// Puts `table` (a section headed `### {title}`) into the Markdown file
+/// `path` in place of the section of that title, else before the Postgres
+/// section, else at the end.
+pub(crate) fn put_section(path: &Path, title: &str, table: &str) -> Result<()> {
+    let old = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+    let heading = format!("### {title}");
+    let new = match old.find(&heading) {
+        Some(at) => {
+            let rest = &old[at + heading.len()..];
+            let end = rest
+                .find("\n### ")
+                .map_or(old.len(), |e| at + heading.len() + e + 1);
+            format!("{}{table}{}", &old[..at], &old[end..])
+        }
+        None => match old.find("### Postgres engine") {
+            Some(at) => format!("{}{table}{}", &old[..at], &old[at..]),
+            None => format!("{}\n\n{table}", old.trim_end()),
+        },
+    };
+    std::fs::write(path, new).map_err(|e| e.to_string())
+}
+
 /// The title and note of the queue-limits table.
 const LIMITS_TITLE: &str = "Queue limits — one process, relaxed durability";
 const LIMITS_NOTE: &str = "The same claims on a queue with limits (`alk:store@0.1.4`), each measured right after its plain row in the same run: `-rate` rows run on a queue whose rate never runs dry (a million tokens, a million more every millisecond), so they show what reading and writing the bucket's row costs a claim, not what a rate holds back; the `of 3 in flight` row on a queue whose groups have three messages in flight at once. Stock SQLite has no such rows.";
@@ -560,22 +582,7 @@ pub fn run_limits(root: &Path, host_bin: &Path, native: &Path, postgres_url: &st
     );
     ops_table(&mut table, LIMITS_TITLE, &note, &rows);
     let path = root.join("docs/benchmarks.md");
-    let old = std::fs::read_to_string(&path).map_err(|e| e.to_string())?;
-    let heading = format!("### {LIMITS_TITLE}");
-    let new = match old.find(&heading) {
-        Some(at) => {
-            let rest = &old[at + heading.len()..];
-            let end = rest
-                .find("\n### ")
-                .map_or(old.len(), |e| at + heading.len() + e + 1);
-            format!("{}{table}{}", &old[..at], &old[end..])
-        }
-        None => match old.find("### Postgres engine") {
-            Some(at) => format!("{}{table}{}", &old[..at], &old[at..]),
-            None => format!("{}\n\n{table}", old.trim_end()),
-        },
-    };
-    std::fs::write(&path, new).map_err(|e| e.to_string())?;
+    put_section(&path, LIMITS_TITLE, &table)?;
     eprintln!("bench: wrote the queue-limits rows into {}", path.display());
     Ok(())
 }
@@ -676,7 +683,7 @@ fn peak_rss(cmd: &mut Command) -> Result<u64> {
 
 /// CPU seconds used by this process's waited-for children so far
 /// (`cutime + cstime` of `/proc/self/stat`).
-fn children_cpu() -> f64 {
+pub(crate) fn children_cpu() -> f64 {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
     let fields: Vec<&str> = stat
         .rsplit_once(')')
@@ -771,7 +778,7 @@ fn median(mut v: Vec<f64>) -> (f64, f64, f64) {
     (v[v.len() / 2], v[0], v[v.len() - 1])
 }
 
-fn machine() -> String {
+pub(crate) fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|c| {

@@ -50,6 +50,7 @@ use std::process::{Command, ExitCode};
 
 mod bench;
 mod bench_serve;
+mod bench_throughput;
 mod c_guests;
 mod demo;
 mod js_guests;
@@ -77,11 +78,14 @@ fn main() -> ExitCode {
         Some("powerloss") => powerloss(&args[1..]),
         Some("vendor-wit") => vendor_wit(args.get(1).map(String::as_str) == Some("--check")),
         Some("vendor-turso") => vendor_turso(args.get(1).map(String::as_str) == Some("--check")),
+        Some("bench") if args.get(1).map(String::as_str) == Some("throughput") => {
+            bench_throughput_cmd(&args[2..])
+        }
         Some("bench") => bench(args.get(1).map(String::as_str)),
         Some("postgres") => postgres(),
         _ => {
             eprintln!(
-                "usage: cargo xtask <guests|demo|example [run.sh options…]|test [cargo test args…]|soak [runs] [seconds] [filter]|powerloss [cuts]|bench [serve|limits]|postgres|vendor-wit [--check]>"
+                "usage: cargo xtask <guests|demo|example [run.sh options…]|test [cargo test args…]|soak [runs] [seconds] [filter]|powerloss [cuts]|bench [serve|limits|throughput [--baseline <alk-host>]]|postgres|vendor-wit [--check]>"
             );
             return ExitCode::from(2);
         }
@@ -196,7 +200,9 @@ fn ensure_componentize_py() -> Result<PathBuf> {
     Ok(bin)
 }
 
-fn guests() -> Result<PathBuf> {
+/// Builds the Rust guests into `target/guests` (no other toolchain); that
+/// folder.
+fn rust_guests() -> Result<PathBuf> {
     let root = root();
     let out = crate::target_dir().join("guests");
     std::fs::create_dir_all(&out).map_err(|e| e.to_string())?;
@@ -221,6 +227,12 @@ fn guests() -> Result<PathBuf> {
         std::fs::copy(&built, out.join(format!("{name}.wasm")))
             .map_err(|e| format!("cannot copy {}: {e}", built.display()))?;
     }
+    Ok(out)
+}
+
+fn guests() -> Result<PathBuf> {
+    let root = root();
+    let out = rust_guests()?;
 
     // Python guests: every folder of guest/python with an app.py, built as
     // `<folder>-py`, and the contract guests under
@@ -280,7 +292,13 @@ fn guests() -> Result<PathBuf> {
 pub(crate) fn guest_build(root: &Path) -> Command {
     let mut cmd = cargo();
     cmd.current_dir(root.join("guest"))
-        .args(["build", "--release", "--target", "wasm32-wasip2", "--target-dir"])
+        .args([
+            "build",
+            "--release",
+            "--target",
+            "wasm32-wasip2",
+            "--target-dir",
+        ])
         .arg(crate::target_dir().join("wasm"));
     cmd
 }
@@ -433,7 +451,6 @@ fn bench_tools() -> Result<(PathBuf, PathBuf, PathBuf)> {
     run(Command::new("chmod").arg("+x").arg(&wasmtime))?;
     Ok((host, crate::target_dir().join("debug/alk-bench"), wasmtime))
 }
-
 
 /// The variable naming the PostgreSQL server tests and benchmarks use.
 const TEST_POSTGRES: &str = alk_pg_cluster::TEST_URL_VAR;
@@ -590,6 +607,35 @@ fn powerloss(args: &[String]) -> Result<()> {
             "--",
         ])
         .args(["--test-threads", "1", "--nocapture"]))
+}
+
+/// `cargo xtask bench throughput [--baseline <alk-host>]`.
+fn bench_throughput_cmd(args: &[String]) -> Result<()> {
+    let baseline = match args {
+        [] => None,
+        [flag, path] if flag == "--baseline" => {
+            let path = PathBuf::from(path);
+            if !path.is_file() {
+                return Err(format!(
+                    "the baseline {} is not a file (give an alk-host binary)",
+                    path.display()
+                ));
+            }
+            Some(path)
+        }
+        other => {
+            return Err(format!(
+                "cargo xtask bench throughput takes [--baseline <alk-host>], not {other:?}"
+            ));
+        }
+    };
+    // Only the Rust guests it runs: no other toolchain is needed.
+    rust_guests()?;
+    run(cargo().current_dir(root()).args(WORKSPACE_BUILD))?;
+    bench_throughput::run(
+        &crate::target_dir().join("debug/alk-host"),
+        baseline.as_deref(),
+    )
 }
 
 fn bench(only: Option<&str>) -> Result<()> {

@@ -282,6 +282,27 @@ WHERE group_key IS NULL AND priority >= ?1 AND visible_at <= ?2 ORDER BY priorit
 pub const CLAIM_IDS: &str = "UPDATE messages SET visible_at = ?1, attempt = attempt + 1, receipt_handle = ?2 \
 WHERE id IN (SELECT value FROM json_each(?3)) \
 RETURNING id, payload_type, payload_data, attempt, priority, group_key, max_attempts";
+/// The plain claim, in one statement, as in v1: when the queue has no
+/// group (`message_groups` holds only the lane), claims the first `?5` due
+/// messages of the lane in claim order (priority `?3` or more, due at
+/// `?4`), those fit for delivery: not expired, attempts left. A candidate
+/// that is not fit is left as it is, for [`DUE`]'s walk to move to the dead
+/// letters; a queue with groups claims nothing here.
+pub const CLAIM_PLAIN: &str = "UPDATE messages SET visible_at = ?1, attempt = attempt + 1, receipt_handle = ?2 \
+WHERE id IN (SELECT id FROM messages INDEXED BY idx_messages_ready \
+WHERE group_key IS NULL AND priority >= ?3 AND visible_at <= ?4 ORDER BY priority DESC, ready_at, id LIMIT ?5) \
+AND (expires_at IS NULL OR expires_at > ?4) AND (max_attempts IS NULL OR attempt < max_attempts) \
+AND NOT EXISTS (SELECT 1 FROM message_groups WHERE group_key > '') \
+RETURNING id, payload_type, payload_data, attempt, priority, ready_at, max_attempts";
+/// [`CLAIM_PLAIN`] on a `localqueue.v3` file: also only when the queue has
+/// neither a cap on messages in flight nor a rate.
+pub const CLAIM_PLAIN_V3: &str = "UPDATE messages SET visible_at = ?1, attempt = attempt + 1, receipt_handle = ?2 \
+WHERE id IN (SELECT id FROM messages INDEXED BY idx_messages_ready \
+WHERE group_key IS NULL AND priority >= ?3 AND visible_at <= ?4 ORDER BY priority DESC, ready_at, id LIMIT ?5) \
+AND (expires_at IS NULL OR expires_at > ?4) AND (max_attempts IS NULL OR attempt < max_attempts) \
+AND NOT EXISTS (SELECT 1 FROM message_groups WHERE group_key > '') \
+AND NOT EXISTS (SELECT 1 FROM queue_limits WHERE max_in_flight IS NOT NULL OR rate_capacity IS NOT NULL) \
+RETURNING id, payload_type, payload_data, attempt, priority, ready_at, max_attempts";
 /// Moves a participant of the round to place `?1`.
 pub const SERVE: &str = "UPDATE message_groups SET served = ?1 WHERE id = ?2";
 /// Copies message `?1` into the dead letters with error `?2` at `?3`.
@@ -752,6 +773,75 @@ async fn limits_on(conn: &Connection, path: &Path) -> Result<QueueLimits, Failur
     Ok(limits)
 }
 
+/// What one claim is: its deadline, its time, its priority floor and the
+/// UUID its receipts share.
+#[derive(Clone, Copy)]
+struct Claim<'a> {
+    visible_until: i64,
+    now: i64,
+    floor: i64,
+    uuid: &'a str,
+}
+
+/// A `localqueue.v2`/`v3` claim, inside its transaction: the plain claim
+/// first ([`CLAIM_PLAIN`], one statement), and the walk of the round
+/// ([`claim_v3_on`], [`claim_v2_on`]) only for what it could not take: a
+/// queue with groups or limits, a candidate to move to the dead letters, or
+/// fewer due messages than asked for. Both take candidates in the same
+/// order, so the messages claimed are those the walk alone would claim.
+async fn claim_jobs_on(
+    conn: &Connection,
+    path: &Path,
+    v3: bool,
+    claim: &Claim<'_>,
+    max: u32,
+) -> Result<Vec<Delivery>, Failure> {
+    let sql = if v3 { CLAIM_PLAIN_V3 } else { CLAIM_PLAIN };
+    let mut rows = query(
+        conn,
+        sql,
+        (
+            claim.visible_until,
+            claim.uuid,
+            claim.floor,
+            claim.now,
+            i64::from(max),
+        ),
+    )
+    .await?;
+    let mut out = Vec::new();
+    // Drain: a live RETURNING statement makes the next write fail.
+    while let Some(row) = rows.next().await? {
+        let id = row.get::<i64>(0)?;
+        let priority = row.get::<i64>(4)?;
+        out.push((
+            (std::cmp::Reverse(priority), row.get::<i64>(5)?, id),
+            Delivery {
+                id: id as u64,
+                payload: payload_at(&row, 1, 2, path, id)?,
+                receipt: format!("{id}:{}", claim.uuid),
+                attempt: count(row.get::<i64>(3)?),
+                priority: i32::try_from(priority).unwrap_or(0),
+                group: None,
+                max_attempts: int_or_null(&row, 6)?.map(count),
+            },
+        ));
+    }
+    drop(rows);
+    // In claim order (the statement returns rows in any order).
+    out.sort_by_key(|(order, _)| *order);
+    let mut out: Vec<Delivery> = out.into_iter().map(|(_, d)| d).collect();
+    if out.len() < max as usize {
+        let left = max - out.len() as u32;
+        out.extend(if v3 {
+            claim_v3_on(conn, path, claim, left).await?
+        } else {
+            claim_v2_on(conn, path, claim, left, &mut Grouped::plain()).await?
+        });
+    }
+    Ok(out)
+}
+
 /// The `localqueue.v3` claim, inside its transaction: the queue's limits
 /// read, the queue's cap and rate applied to how many the claim may take,
 /// then the v2 claim with the limits per group, then the queue's bucket
@@ -759,11 +849,10 @@ async fn limits_on(conn: &Connection, path: &Path) -> Result<QueueLimits, Failur
 async fn claim_v3_on(
     conn: &Connection,
     path: &Path,
+    claim: &Claim<'_>,
     max: u32,
-    visible_until: i64,
-    now: i64,
-    floor: i64,
 ) -> Result<Vec<Delivery>, Failure> {
+    let now = claim.now;
     let limits = limits_on(conn, path).await?;
     let mut max = i64::from(max);
     if let Some(cap) = limits.max_in_flight {
@@ -784,16 +873,7 @@ async fn claim_v3_on(
         return Ok(Vec::new());
     }
     let mut grouped = Grouped::of(&limits);
-    let out = claim_v2_on(
-        conn,
-        path,
-        max as u32,
-        visible_until,
-        now,
-        floor,
-        &mut grouped,
-    )
-    .await?;
+    let out = claim_v2_on(conn, path, claim, max as u32, &mut grouped).await?;
     grouped.write(conn).await?;
     if let Some(b) = queue_bucket
         && !out.is_empty()
@@ -814,13 +894,16 @@ async fn claim_v3_on(
 async fn claim_v2_on(
     conn: &Connection,
     path: &Path,
+    claim: &Claim<'_>,
     max: u32,
-    visible_until: i64,
-    now: i64,
-    floor: i64,
     grouped: &mut Grouped,
 ) -> Result<Vec<Delivery>, Failure> {
-    let uuid = uuid::Uuid::new_v4().hyphenated().to_string();
+    let Claim {
+        visible_until,
+        now,
+        floor,
+        uuid,
+    } = *claim;
     let mut out: Vec<Delivery> = Vec::new();
     // Participants (their rows) in the order served; the lane's row too.
     let mut served: Vec<i64> = Vec::new();
@@ -985,12 +1068,7 @@ async fn claim_v2_on(
                     .collect::<Vec<_>>()
                     .join(",")
             );
-            let mut rows = query(
-                conn,
-                CLAIM_IDS,
-                (visible_until, uuid.as_str(), ids.as_str()),
-            )
-            .await?;
+            let mut rows = query(conn, CLAIM_IDS, (visible_until, uuid, ids.as_str())).await?;
             let mut claimed = std::collections::HashMap::new();
             while let Some(row) = rows.next().await? {
                 let id = row.get::<i64>(0)?;
@@ -1460,13 +1538,14 @@ impl QueueEngine for QueueStore {
                 .run_immediate_in(|conn: Connection, format| {
                     let v3 = is_v3(format);
                     Box::pin(async move {
-                        if v3 {
-                            claim_v3_on(&conn, path, max, visible_at, now, floor).await
-                        } else {
-                            let mut grouped = Grouped::plain();
-                            claim_v2_on(&conn, path, max, visible_at, now, floor, &mut grouped)
-                                .await
-                        }
+                        let uuid = uuid::Uuid::new_v4().hyphenated().to_string();
+                        let claim = Claim {
+                            visible_until: visible_at,
+                            now,
+                            floor,
+                            uuid: &uuid,
+                        };
+                        claim_jobs_on(&conn, path, v3, &claim, max).await
                     })
                 })
                 .await;
@@ -2229,6 +2308,84 @@ mod tests {
         );
     }
 
+    /// Statements `f` runs (the store's own, on this thread).
+    async fn statements_of<T>(f: impl std::future::Future<Output = T>) -> (T, usize) {
+        let before = crate::retry::STATEMENTS.with(|n| n.get());
+        let out = f.await;
+        (out, crate::retry::STATEMENTS.with(|n| n.get()) - before)
+    }
+
+    #[tokio::test]
+    async fn a_plain_claim_is_one_statement_as_on_v1_and_limits_or_groups_take_the_walk() {
+        let dir = tempfile::tempdir().unwrap();
+        let msgs: Vec<Payload> = (0..20).map(|i| text(&format!("m{i}"))).collect();
+        // What a claim costs on v1 (its transaction's statements too).
+        let v1 = StoreOptions {
+            new_queues: NewQueues::V1,
+            ..StoreOptions::default()
+        };
+        let old = QueueStore::open(dir.path(), "old", v1).await.unwrap();
+        old.send(&msgs, &Stamp::plain(0), 0).await.unwrap();
+        old.claim(1, 1_000, None, 0).await.unwrap();
+        let (got, on_v1) = statements_of(old.claim(1, 1_000, None, 0)).await;
+        assert_eq!(got.unwrap().len(), 1);
+        let q = queue(dir.path()).await;
+        assert!(q.is_v3().await.unwrap());
+        q.send(&msgs, &Stamp::plain(0), 0).await.unwrap();
+        // Warm: the format is read once per open store.
+        q.claim(1, 1_000, None, 0).await.unwrap();
+        let (got, n) = statements_of(q.claim(1, 1_000, None, 0)).await;
+        assert_eq!(got.unwrap().len(), 1);
+        assert_eq!(n, on_v1, "a plain claim of one");
+        let (got, n) = statements_of(q.claim(8, 1_000, None, 0)).await;
+        let got = got.unwrap();
+        assert_eq!(got.len(), 8);
+        assert_eq!(n, on_v1, "a plain claim of eight");
+        // In claim order, one UUID for the claim.
+        let ids: Vec<u64> = got.iter().map(|d| d.id).collect();
+        assert_eq!(ids, (3..=10).collect::<Vec<u64>>());
+        let uuid = |d: &Delivery| d.receipt.split_once(':').unwrap().1.to_string();
+        assert!(got.iter().all(|d| uuid(d) == uuid(&got[0])));
+        // Fewer due than asked for: the plain claim takes them, the walk
+        // finds there is nothing more; together what the walk alone takes.
+        let (got, n) = statements_of(q.claim(100, 1_000, None, 0)).await;
+        assert_eq!(got.unwrap().len(), 10);
+        assert!(n > on_v1);
+        // A cap on the queue: the walk, which applies it.
+        q.send(&msgs, &Stamp::plain(0), 0).await.unwrap();
+        q.set_limits(&limited(|l| l.max_in_flight = Some(21)))
+            .await
+            .unwrap();
+        let (got, n) = statements_of(q.claim(8, 1_000, None, 0)).await;
+        assert_eq!(got.unwrap().len(), 1, "20 in flight, a cap of 21");
+        assert!(n > on_v1);
+        // A group: the walk, which takes turns.
+        q.set_limits(&QueueLimits::default()).await.unwrap();
+        q.send(&[text("g")], &grouped("a", 0), 0).await.unwrap();
+        let (got, n) = statements_of(q.claim(1, 1_000, None, 0)).await;
+        assert_eq!(got.unwrap().len(), 1);
+        assert!(n > on_v1);
+    }
+
+    #[tokio::test]
+    async fn the_plain_claim_leaves_expired_and_spent_candidates_to_the_walk() {
+        let dir = tempfile::tempdir().unwrap();
+        let q = queue(dir.path()).await;
+        let mut expiring = Stamp::plain(0);
+        expiring.expires_at = Some(50);
+        q.send(&[text("old")], &expiring, 0).await.unwrap();
+        q.send(&[text("a"), text("b"), text("c")], &Stamp::plain(0), 0)
+            .await
+            .unwrap();
+        // At 100 the first has expired: it goes to the dead letters and
+        // the claim of two goes on past it, as the walk alone does.
+        let got = q.claim(2, 1_000, None, 100).await.unwrap();
+        assert_eq!(got.iter().map(|d| d.id).collect::<Vec<_>>(), vec![2, 3]);
+        assert_eq!(q.stats(100).await.unwrap().dead, 1);
+        let got = q.claim(5, 1_000, None, 100).await.unwrap();
+        assert_eq!(got.iter().map(|d| d.id).collect::<Vec<_>>(), vec![4]);
+    }
+
     #[tokio::test]
     async fn the_messages_of_one_claim_share_its_uuid_and_every_claim_mints_one() {
         let dir = tempfile::tempdir().unwrap();
@@ -2349,6 +2506,7 @@ mod tests {
                 ("ROUND_TIES", ROUND_TIES),
                 ("HEAD", HEAD),
                 ("DUE", DUE),
+                ("CLAIM_PLAIN", CLAIM_PLAIN),
                 ("CLAIM_IDS", CLAIM_IDS),
                 ("SERVE", SERVE),
                 ("ANY_GROUP", ANY_GROUP),
@@ -2400,6 +2558,16 @@ mod tests {
             ),
             (HEAD, vec![t("g")], "idx_messages_group"),
             (DUE, vec![i(0), i(0), i(10)], "idx_messages_ready"),
+            (
+                CLAIM_PLAIN,
+                vec![i(1), t("u"), i(0), i(0), i(10)],
+                "idx_messages_ready",
+            ),
+            (
+                CLAIM_PLAIN_V3,
+                vec![i(1), t("u"), i(0), i(0), i(10)],
+                "idx_messages_ready",
+            ),
             (
                 CLAIM_IDS,
                 vec![i(1), t("u"), t("[1]")],
@@ -2625,6 +2793,7 @@ mod tests {
                 ("DDL_V3", DDL_V3),
                 ("UPGRADE_V3", UPGRADE_V3),
                 ("LIMITS", LIMITS),
+                ("CLAIM_PLAIN_V3", CLAIM_PLAIN_V3),
                 ("SET_LIMITS", SET_LIMITS),
                 ("IN_FLIGHT", IN_FLIGHT),
                 ("HEADS", HEADS),

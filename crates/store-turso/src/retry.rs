@@ -125,7 +125,16 @@ pub(crate) async fn exec(
     sql: &str,
     params: impl turso::IntoParams,
 ) -> Result<u64, turso::Error> {
+    #[cfg(test)]
+    STATEMENTS.with(|n| n.set(n.get() + 1));
     conn.prepare_cached(sql).await?.execute(params).await
+}
+
+#[cfg(test)]
+thread_local! {
+    /// The store's own statements run on this thread (for tests that
+    /// count what an operation costs).
+    pub(crate) static STATEMENTS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// Queries with one of the store's own statements, prepared once per
@@ -135,6 +144,8 @@ pub(crate) async fn query(
     sql: &str,
     params: impl turso::IntoParams,
 ) -> Result<turso::Rows, turso::Error> {
+    #[cfg(test)]
+    STATEMENTS.with(|n| n.set(n.get() + 1));
     conn.prepare_cached(sql).await?.query(params).await
 }
 

@@ -1,0 +1,312 @@
+//! `cargo xtask bench throughput [--baseline <alk-host>]`: the queue
+//! formats side by side (`localqueue.v1` and the default), batch claims,
+//! single publishes and the mixed workload at 1+1, 4+2 and 8+4 processes,
+//! each against another `alk-host` binary (an earlier build) when one is
+//! given — all in one sitting, the variants taking turns run by run, so a
+//! change in the machine's speed touches every column alike.
+//!
+//! Prints the two tables and puts them in place in `docs/benchmarks.md`.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use crate::Result;
+use crate::bench::{children_cpu, fmt_ops, fresh_dir, machine, mix, parse_ops, wait_ok};
+
+/// The titles of the two tables in `docs/benchmarks.md`.
+const OPS_TITLE: &str =
+    "Throughput — queue formats, batches, publish: one process, relaxed durability";
+const MIX_TITLE: &str = "Throughput — the mixed workload by process count, relaxed durability";
+
+/// Runs of every cell.
+const RUNS: usize = 5;
+
+/// One host to measure: its binary and the queue format of new queues.
+struct Variant<'a> {
+    bin: &'a Path,
+    /// `--new-queues v1` when set.
+    v1: bool,
+}
+
+/// The single-process rows: label, bench-guest op, operations per run,
+/// whether the queue format matters.
+const OPS: &[(&str, &str, usize, bool)] = &[
+    ("send", "queue-send", 2_000, true),
+    (
+        "claim + ack one at a time, 500 waiting",
+        "queue-claim-1-500",
+        500,
+        true,
+    ),
+    (
+        "claim + ack one at a time, 10,000 waiting",
+        "queue-claim-1-10000",
+        500,
+        true,
+    ),
+    (
+        "claim + ack-batch, batch 8, 5,000 waiting (messages)",
+        "queue-claim-8-5000",
+        5_000,
+        true,
+    ),
+    (
+        "claim + ack-batch, batch 128, 5,000 waiting (messages)",
+        "queue-claim-128-5000",
+        5_000,
+        true,
+    ),
+    (
+        "stream publish, one per call",
+        "stream-publish",
+        2_000,
+        false,
+    ),
+];
+
+/// The mixed workload's sizes: workers, producers, seconds.
+const MIXES: &[(usize, usize, u64)] = &[(1, 1, 5), (4, 2, 10), (8, 4, 5)];
+
+fn guest_command(v: &Variant, guest: &Path, data: &Path, args: &[String]) -> Command {
+    let mut c = Command::new(v.bin);
+    c.arg("run").args(["--durability", "relaxed"]);
+    if v.v1 {
+        c.args(["--new-queues", "v1"]);
+    }
+    c.arg("--cache-dir")
+        .arg(crate::target_dir().join("bench-cache"))
+        .arg(guest)
+        .arg("--data-dir")
+        .arg(data)
+        .arg("--")
+        .args(args);
+    c
+}
+
+/// Ops per second of one run of `op` on a fresh data directory.
+fn op_once(v: &Variant, guests: &Path, op: &str, n: usize) -> Result<f64> {
+    let dir = fresh_dir("throughput")?;
+    let child = guest_command(
+        v,
+        &guests.join("bench-guest.wasm"),
+        &dir,
+        &[op.to_string(), n.to_string(), "t".into()],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::inherit())
+    .spawn()
+    .map_err(|e| format!("cannot start {}: {e}", v.bin.display()))?;
+    let r = parse_ops(&wait_ok(child, op)?)?;
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(r.n / (r.elapsed_us / 1e6))
+}
+
+/// Messages per second and CPU seconds per 1,000 messages of one run of
+/// the mix.
+fn mix_once(v: &Variant, guests: &Path, cfg: &mix::Mix) -> Result<(f64, f64)> {
+    let dir = fresh_dir("throughput-mix")?;
+    let soak = guests.join("soak.wasm");
+    let command = |role: &mix::Role| {
+        let args: Vec<String> = match role {
+            mix::Role::Producer { tag, ms } => {
+                vec![
+                    "producer".into(),
+                    "jobs".into(),
+                    tag.clone(),
+                    ms.to_string(),
+                ]
+            }
+            mix::Role::Worker { batch, name } => {
+                vec![
+                    "worker".into(),
+                    "jobs".into(),
+                    batch.to_string(),
+                    name.clone(),
+                ]
+            }
+            mix::Role::Stop { count } => vec!["stop".into(), "jobs".into(), count.to_string()],
+        };
+        guest_command(v, &soak, &dir, &args)
+    };
+    let cpu0 = children_cpu();
+    let out = mix::run(cfg, &command);
+    let used = children_cpu() - cpu0;
+    let _ = std::fs::remove_dir_all(&dir);
+    if !out.problems.is_empty() {
+        return Err(format!(
+            "the mix on {} was not clean: {}",
+            v.bin.display(),
+            out.problems.join("; ")
+        ));
+    }
+    Ok((out.messages_per_s(), used / (out.messages as f64 / 1000.0)))
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    s[s.len() / 2]
+}
+
+fn sorted(v: &[f64]) -> Vec<f64> {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    s
+}
+
+/// Runs the benchmark: `host` is this build's `alk-host`, `baseline` an
+/// earlier one.
+pub fn run(host: &Path, baseline: Option<&Path>) -> Result<()> {
+    let guests = crate::target_dir().join("guests");
+    for guest in ["bench-guest", "soak"] {
+        let _ = Command::new(host)
+            .arg("compile")
+            .arg("--cache-dir")
+            .arg(crate::target_dir().join("bench-cache"))
+            .arg(guests.join(format!("{guest}.wasm")))
+            .output();
+    }
+    // Variants: this build with v1 queues, with the default; the baseline
+    // with v1 queues, with the default.
+    let mut variants = vec![
+        Variant {
+            bin: host,
+            v1: true,
+        },
+        Variant {
+            bin: host,
+            v1: false,
+        },
+    ];
+    if let Some(b) = baseline {
+        variants.push(Variant { bin: b, v1: true });
+        variants.push(Variant { bin: b, v1: false });
+    }
+    let mut md = String::new();
+    writeln!(
+        md,
+        "### {OPS_TITLE}\n\n\
+         `cargo xtask bench throughput{}` on {}: every cell is the median of {RUNS} runs (slowest–fastest), \
+         the columns taking turns run by run. **v1**: new queues in `localqueue.v1` (`--new-queues v1`); \
+         **default**: new queues in the default format.{}\n",
+        if baseline.is_some() {
+            " --baseline <earlier alk-host>"
+        } else {
+            ""
+        },
+        machine(),
+        if baseline.is_some() {
+            " **before**: the earlier `alk-host` given as the baseline, default format."
+        } else {
+            ""
+        }
+    )
+    .unwrap();
+    if baseline.is_some() {
+        md.push_str("| operation | ops per run | v1 ops/s | default ops/s | default ÷ v1 | before ops/s | default ÷ before |\n|---|---|---|---|---|---|---|\n");
+    } else {
+        md.push_str("| operation | ops per run | v1 ops/s | default ops/s | default ÷ v1 |\n|---|---|---|---|---|\n");
+    }
+    for (label, op, n, formats) in OPS {
+        eprintln!("bench: {label}");
+        let mut cells: Vec<Vec<f64>> = vec![Vec::new(); variants.len()];
+        for _ in 0..RUNS {
+            for (i, v) in variants.iter().enumerate() {
+                // The format does not matter to this row: v1 columns stay empty.
+                if v.v1 && !formats {
+                    continue;
+                }
+                cells[i].push(op_once(v, &guests, op, *n)?);
+            }
+        }
+        let cell = |i: usize| {
+            if cells[i].is_empty() {
+                "—".to_string()
+            } else {
+                fmt_ops(&sorted(&cells[i]))
+            }
+        };
+        let ratio = |a: usize, b: usize| {
+            if cells[a].is_empty() || cells[b].is_empty() {
+                "—".to_string()
+            } else {
+                format!("{:.2}", median(&cells[a]) / median(&cells[b]))
+            }
+        };
+        write!(
+            md,
+            "| {label} | {n} | {} | {} | {} |",
+            cell(0),
+            cell(1),
+            ratio(1, 0)
+        )
+        .unwrap();
+        if baseline.is_some() {
+            write!(md, " {} | {} |", cell(3), ratio(1, 3)).unwrap();
+        }
+        md.push('\n');
+    }
+    md.push('\n');
+    let mut mixes = String::new();
+    writeln!(
+        mixes,
+        "### {MIX_TITLE}\n\n\
+         The soak's mix (see *Mixed workload* below) at three sizes, default queue format: messages per second \
+         (median of {RUNS} runs, slowest–fastest), CPU seconds of all processes per 1,000 messages (median), and \
+         the rate over the rate at 1 worker + 1 producer.\n"
+    )
+    .unwrap();
+    if baseline.is_some() {
+        mixes.push_str("| processes | messages/s | CPU-s per 1,000 | ÷ 1+1 | before messages/s | before CPU-s per 1,000 | before ÷ 1+1 |\n|---|---|---|---|---|---|---|\n");
+    } else {
+        mixes.push_str("| processes | messages/s | CPU-s per 1,000 | ÷ 1+1 |\n|---|---|---|---|\n");
+    }
+    let mixed: Vec<&Variant> = variants.iter().filter(|v| !v.v1).collect();
+    let mut first: Vec<f64> = vec![0.0; mixed.len()];
+    for (workers, producers, secs) in MIXES {
+        eprintln!("bench: mix, {workers} workers + {producers} producers");
+        let cfg = mix::Mix {
+            workers: *workers,
+            producers: *producers,
+            produce: std::time::Duration::from_secs(*secs),
+            batch: 1,
+        };
+        let mut rate: Vec<Vec<f64>> = vec![Vec::new(); mixed.len()];
+        let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); mixed.len()];
+        for _ in 0..RUNS {
+            for (i, v) in mixed.iter().enumerate() {
+                let (r, c) = mix_once(v, &guests, &cfg)?;
+                rate[i].push(r);
+                cpu[i].push(c);
+            }
+        }
+        write!(
+            mixes,
+            "| {workers} workers + {producers} producers, {secs} s |"
+        )
+        .unwrap();
+        for i in 0..mixed.len() {
+            let m = median(&rate[i]);
+            if first[i] == 0.0 {
+                first[i] = m;
+            }
+            write!(
+                mixes,
+                " {} | {:.2} | {:.2} |",
+                fmt_ops(&sorted(&rate[i])),
+                median(&cpu[i]),
+                m / first[i]
+            )
+            .unwrap();
+        }
+        mixes.push('\n');
+    }
+    mixes.push('\n');
+    print!("{md}{mixes}");
+    let doc = crate::root().join("docs/benchmarks.md");
+    crate::bench::put_section(&doc, OPS_TITLE, &md)?;
+    crate::bench::put_section(&doc, MIX_TITLE, &mixes)?;
+    eprintln!("bench: wrote the throughput rows into {}", doc.display());
+    Ok(())
+}

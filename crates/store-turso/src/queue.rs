@@ -282,27 +282,32 @@ WHERE group_key IS NULL AND priority >= ?1 AND visible_at <= ?2 ORDER BY priorit
 pub const CLAIM_IDS: &str = "UPDATE messages SET visible_at = ?1, attempt = attempt + 1, receipt_handle = ?2 \
 WHERE id IN (SELECT value FROM json_each(?3)) \
 RETURNING id, payload_type, payload_data, attempt, priority, group_key, max_attempts";
+/// [`CLAIM_PLAIN`] with `$also`, one more condition, before its `RETURNING`.
+macro_rules! claim_plain {
+    ($also:literal) => {
+        concat!(
+            "UPDATE messages SET visible_at = ?1, attempt = attempt + 1, receipt_handle = ?2 \
+WHERE id IN (SELECT id FROM messages INDEXED BY idx_messages_ready \
+WHERE group_key IS NULL AND priority >= ?3 AND visible_at <= ?4 ORDER BY priority DESC, ready_at, id LIMIT ?5) \
+AND (expires_at IS NULL OR expires_at > ?4) AND (max_attempts IS NULL OR attempt < max_attempts) \
+AND NOT EXISTS (SELECT 1 FROM message_groups WHERE group_key > '') ",
+            $also,
+            "RETURNING id, payload_type, payload_data, attempt, priority, ready_at, max_attempts"
+        )
+    };
+}
 /// The plain claim, in one statement, as in v1: when the queue has no
 /// group (`message_groups` holds only the lane), claims the first `?5` due
 /// messages of the lane in claim order (priority `?3` or more, due at
 /// `?4`), those fit for delivery: not expired, attempts left. A candidate
 /// that is not fit is left as it is, for [`DUE`]'s walk to move to the dead
 /// letters; a queue with groups claims nothing here.
-pub const CLAIM_PLAIN: &str = "UPDATE messages SET visible_at = ?1, attempt = attempt + 1, receipt_handle = ?2 \
-WHERE id IN (SELECT id FROM messages INDEXED BY idx_messages_ready \
-WHERE group_key IS NULL AND priority >= ?3 AND visible_at <= ?4 ORDER BY priority DESC, ready_at, id LIMIT ?5) \
-AND (expires_at IS NULL OR expires_at > ?4) AND (max_attempts IS NULL OR attempt < max_attempts) \
-AND NOT EXISTS (SELECT 1 FROM message_groups WHERE group_key > '') \
-RETURNING id, payload_type, payload_data, attempt, priority, ready_at, max_attempts";
+pub const CLAIM_PLAIN: &str = claim_plain!("");
 /// [`CLAIM_PLAIN`] on a `localqueue.v3` file: also only when the queue has
 /// neither a cap on messages in flight nor a rate.
-pub const CLAIM_PLAIN_V3: &str = "UPDATE messages SET visible_at = ?1, attempt = attempt + 1, receipt_handle = ?2 \
-WHERE id IN (SELECT id FROM messages INDEXED BY idx_messages_ready \
-WHERE group_key IS NULL AND priority >= ?3 AND visible_at <= ?4 ORDER BY priority DESC, ready_at, id LIMIT ?5) \
-AND (expires_at IS NULL OR expires_at > ?4) AND (max_attempts IS NULL OR attempt < max_attempts) \
-AND NOT EXISTS (SELECT 1 FROM message_groups WHERE group_key > '') \
-AND NOT EXISTS (SELECT 1 FROM queue_limits WHERE max_in_flight IS NOT NULL OR rate_capacity IS NOT NULL) \
-RETURNING id, payload_type, payload_data, attempt, priority, ready_at, max_attempts";
+pub const CLAIM_PLAIN_V3: &str = claim_plain!(
+    "AND NOT EXISTS (SELECT 1 FROM queue_limits WHERE max_in_flight IS NOT NULL OR rate_capacity IS NOT NULL) "
+);
 /// Moves a participant of the round to place `?1`.
 pub const SERVE: &str = "UPDATE message_groups SET served = ?1 WHERE id = ?2";
 /// Copies message `?1` into the dead letters with error `?2` at `?3`.

@@ -718,15 +718,6 @@ fn mix_cell(b: &Bench, engine: &str, durability: &str, cfg: &mix::Mix) -> Result
     for _ in 0..RUNS {
         let dir = fresh_dir("mix")?;
         let command = |role: &mix::Role| {
-            let role_args: Vec<String> = match role {
-                mix::Role::Producer { tag, ms } => {
-                    vec!["producer".into(), tag.clone(), ms.to_string()]
-                }
-                mix::Role::Worker { batch, name } => {
-                    vec!["worker".into(), batch.to_string(), name.clone()]
-                }
-                mix::Role::Stop { count } => vec!["stop".into(), count.to_string()],
-            };
             if engine == "alk" {
                 let mut c = Command::new(b.host.bin);
                 c.arg("run")
@@ -736,14 +727,12 @@ fn mix_cell(b: &Bench, engine: &str, durability: &str, cfg: &mix::Mix) -> Result
                     .arg("--data-dir")
                     .arg(&dir)
                     .arg("--")
-                    .arg(&role_args[0])
-                    .arg("jobs")
-                    .args(&role_args[1..]);
+                    .args(soak_args(role, Some("jobs")));
                 c
             } else {
                 let mut c = Command::new(&b.native);
                 c.args(["mix", "sqlite", durability])
-                    .args(&role_args)
+                    .args(soak_args(role, None))
                     .arg(&dir);
                 c
             }
@@ -773,7 +762,23 @@ fn mix_cell(b: &Bench, engine: &str, durability: &str, cfg: &mix::Mix) -> Result
     })
 }
 
-fn median(mut v: Vec<f64>) -> (f64, f64, f64) {
+/// The arguments of one process of the mix: its role's, with the queue
+/// name after the role word when given (the `soak` guest takes it,
+/// `alk-bench mix` does not).
+pub(crate) fn soak_args(role: &mix::Role, queue: Option<&str>) -> Vec<String> {
+    let (word, rest): (&str, Vec<String>) = match role {
+        mix::Role::Producer { tag, ms } => ("producer", vec![tag.clone(), ms.to_string()]),
+        mix::Role::Worker { batch, name } => ("worker", vec![batch.to_string(), name.clone()]),
+        mix::Role::Stop { count } => ("stop", vec![count.to_string()]),
+    };
+    std::iter::once(word.to_string())
+        .chain(queue.map(str::to_string))
+        .chain(rest)
+        .collect()
+}
+
+/// The median, lowest and highest of `v`.
+pub(crate) fn median(mut v: Vec<f64>) -> (f64, f64, f64) {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
     (v[v.len() / 2], v[0], v[v.len() - 1])
 }

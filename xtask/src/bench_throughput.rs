@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use crate::Result;
-use crate::bench::{children_cpu, fmt_ops, fresh_dir, machine, mix, parse_ops, wait_ok};
+use crate::bench::{children_cpu, fmt_ops, fresh_dir, machine, mix, parse_ops, soak_args, wait_ok};
 
 /// The titles of the two tables in `docs/benchmarks.md`.
 const OPS_TITLE: &str =
@@ -107,28 +107,7 @@ fn op_once(v: &Variant, guests: &Path, op: &str, n: usize) -> Result<f64> {
 fn mix_once(v: &Variant, guests: &Path, cfg: &mix::Mix) -> Result<(f64, f64)> {
     let dir = fresh_dir("throughput-mix")?;
     let soak = guests.join("soak.wasm");
-    let command = |role: &mix::Role| {
-        let args: Vec<String> = match role {
-            mix::Role::Producer { tag, ms } => {
-                vec![
-                    "producer".into(),
-                    "jobs".into(),
-                    tag.clone(),
-                    ms.to_string(),
-                ]
-            }
-            mix::Role::Worker { batch, name } => {
-                vec![
-                    "worker".into(),
-                    "jobs".into(),
-                    batch.to_string(),
-                    name.clone(),
-                ]
-            }
-            mix::Role::Stop { count } => vec!["stop".into(), "jobs".into(), count.to_string()],
-        };
-        guest_command(v, &soak, &dir, &args)
-    };
+    let command = |role: &mix::Role| guest_command(v, &soak, &dir, &soak_args(role, Some("jobs")));
     let cpu0 = children_cpu();
     let out = mix::run(cfg, &command);
     let used = children_cpu() - cpu0;
@@ -144,9 +123,7 @@ fn mix_once(v: &Variant, guests: &Path, cfg: &mix::Mix) -> Result<(f64, f64)> {
 }
 
 fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    s[s.len() / 2]
+    crate::bench::median(v.to_vec()).0
 }
 
 fn sorted(v: &[f64]) -> Vec<f64> {

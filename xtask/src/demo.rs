@@ -44,7 +44,7 @@ pub fn run() -> Result<()> {
     crate::ensure_wasm_target()?;
 
     step(
-        "building alk-host (a first build compiles several hundred crates: many minutes on 2 cores)",
+        "building alk-host (a first build compiles several hundred crates: about ten minutes on 2 cores)",
     );
     build(cargo().current_dir(&root).args(HOST_BUILD), start)?;
     let host = target.join("debug/alk-host");

@@ -56,6 +56,58 @@ fn a_waiting_receive_gets_a_message_sent_by_another_process(store: &Store) {
     waiter.finish();
 }
 
+/// The pids in a queue's waiting registry (the file engine's).
+fn registered(dir: &std::path::Path, queue: &str) -> Vec<u32> {
+    std::fs::read(dir.join("wake/waiting").join(format!("queue.{queue}")))
+        .unwrap_or_default()
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+        .filter(|pid| *pid != 0)
+        .collect()
+}
+
+/// A queue's signal wakes one waiting process; a waiter that takes a
+/// message and sees more due wakes the next. Two waiters, two messages:
+/// each gets one, and neither is left behind.
+fn waiting_receivers_in_two_processes_each_get_one_of_two_messages(store: &Store) {
+    let spawn = || {
+        let mut p = Proc::spawn(store, "wake-tool", &["receive-wait", "pair", "60000"]);
+        assert_eq!(p.line(), "waiting");
+        p
+    };
+    let (a, b) = (spawn(), spawn());
+    if let Store::Dir(d) = store {
+        // Both say they wait before anything is sent (so the sends below
+        // find them in the registry).
+        let pids = [a.child.id(), b.child.id()];
+        while !pids
+            .iter()
+            .all(|p| registered(d.path(), "pair").contains(p))
+        {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+    cli_ok(store, "queue-tool", &["send", "pair", "one"]);
+    cli_ok(store, "queue-tool", &["send", "pair", "two"]);
+    let got: Vec<String> = [a, b]
+        .into_iter()
+        .map(|mut p| {
+            let line = p.line();
+            p.finish();
+            line
+        })
+        .collect();
+    let mut sorted = got.clone();
+    sorted.sort();
+    assert_eq!(sorted, ["got one 1", "got two 1"], "{got:?}");
+    if let Store::Dir(d) = store {
+        assert!(
+            registered(d.path(), "pair").is_empty(),
+            "both left the registry"
+        );
+    }
+}
+
 fn a_subscription_wakes_on_a_publish_in_another_process(store: &Store) {
     let mut waiter = Proc::spawn(store, "wake-tool", &["next-wait", "events", "c", "60000"]);
     assert_eq!(waiter.line(), "waiting");
@@ -141,6 +193,7 @@ fn timeouts_are_values_not_errors(store: &Store) {
 
 on_every_engine! {
     a_waiting_receive_gets_a_message_sent_by_another_process;
+    waiting_receivers_in_two_processes_each_get_one_of_two_messages;
     a_subscription_wakes_on_a_publish_in_another_process;
     a_waiting_lock_is_granted_when_the_holder_releases;
     a_notification_reaches_a_listener_in_another_process;

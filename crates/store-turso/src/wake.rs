@@ -14,6 +14,15 @@
 //! [`MAX_WAKE_FILES`] wake files open per data directory; signalling one
 //! more topic closes and removes the least recently signalled one (its next
 //! signal creates it again).
+//!
+//! **Queues wake one process.** A process about to sleep on a queue writes
+//! its pid into a free 4-byte slot of `<data-dir>/wake/waiting/<topic>`
+//! (under an `flock` of that file, slot 0 meaning free) and clears the slot
+//! when it no longer waits. A signal on a queue reads that file — one
+//! `pread` on a file kept open — and writes to one waiting process's own
+//! folder, `<data-dir>/wake/inbox/<pid>/`, which only that process watches;
+//! the waiters take turns. A pid whose process is gone is skipped and its
+//! slot reused. Nothing is written when no other process waits.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -21,6 +30,8 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
+
+use rustix::fs::{FlockOperation, flock};
 
 use alk_store::wake::{WakeSink, WakeTransport, Wakes};
 use alk_store::{AlkError, AlkResult};
@@ -60,6 +71,8 @@ fn transport_of(data_dir: &Path) -> AlkResult<(Wakes, Arc<FileTransport>)> {
             let transport = Arc::new(FileTransport {
                 dir: key.join("wake"),
                 files: Default::default(),
+                registry: Default::default(),
+                turn: AtomicU64::new(0),
             });
             (Wakes::new(transport.clone()), transport)
         })
@@ -78,6 +91,11 @@ pub fn open_wake_files(data_dir: &Path) -> usize {
 struct FileTransport {
     dir: PathBuf,
     files: Mutex<WakeFiles>,
+    /// The waiting registries read or written, by topic (at most
+    /// [`MAX_WAKE_FILES`] open).
+    registry: Mutex<HashMap<String, Arc<File>>>,
+    /// Which waiting process a queue's next signal goes to.
+    turn: AtomicU64,
 }
 
 /// The open wake files of this process, least recently used first out.
@@ -92,6 +110,133 @@ static SEQ: AtomicU64 = AtomicU64::new(0);
 impl FileTransport {
     fn file_of(&self, topic: &str) -> PathBuf {
         self.dir.join(format!("{topic}@{}", std::process::id()))
+    }
+
+    /// The waiting registry of `topic`, opened (created: at most one small
+    /// file per queue, beside the queue's own store file) once.
+    fn registry_of(&self, topic: &str) -> std::io::Result<Arc<File>> {
+        let mut open = lock(&self.registry);
+        if let Some(f) = open.get(topic) {
+            return Ok(f.clone());
+        }
+        let dir = self.dir.join("waiting");
+        std::fs::create_dir_all(&dir)?;
+        let f = Arc::new(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .read(true)
+                .write(true)
+                .open(dir.join(topic))?,
+        );
+        if open.len() >= MAX_WAKE_FILES {
+            open.clear();
+        }
+        open.insert(topic.to_string(), f.clone());
+        Ok(f)
+    }
+
+    /// The processes other than this one that wait on `topic`.
+    fn waiters(&self, topic: &str) -> Vec<u32> {
+        let Ok(f) = self.registry_of(topic) else {
+            return Vec::new();
+        };
+        let me = std::process::id();
+        let mut buf = [0u8; 4 * MAX_WAITING];
+        let n = f.read_at(&mut buf, 0).unwrap_or(0);
+        buf[..n - n % 4]
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
+            .filter(|pid| *pid != 0 && *pid != me)
+            .collect()
+    }
+
+    /// Writes this process's pid into a free slot of `topic`'s registry
+    /// (`waiting`), or clears its slot.
+    fn register(&self, topic: &str, waiting: bool) -> std::io::Result<()> {
+        let f = self.registry_of(topic)?;
+        flock(&*f, FlockOperation::LockExclusive)?;
+        let result = (|| {
+            let me = std::process::id();
+            let mut buf = [0u8; 4 * MAX_WAITING];
+            let n = f.read_at(&mut buf, 0)?;
+            let slots: Vec<u32> = buf[..n - n % 4]
+                .chunks_exact(4)
+                .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
+                .collect();
+            let mine = slots.iter().position(|p| *p == me);
+            let slot = match (waiting, mine) {
+                (true, Some(_)) | (false, None) => return Ok(()),
+                (false, Some(i)) => {
+                    f.write_at(&0u32.to_le_bytes(), 4 * i as u64)?;
+                    return Ok(());
+                }
+                (true, None) => slots
+                    .iter()
+                    .position(|p| *p == 0 || !alive(*p))
+                    .unwrap_or(slots.len()),
+            };
+            if slot >= MAX_WAITING {
+                // Past the registry's size: this process is woken by its
+                // fallback re-reads only.
+                return Ok(());
+            }
+            f.write_at(&me.to_le_bytes(), 4 * slot as u64)?;
+            Ok(())
+        })();
+        let _ = flock(&*f, FlockOperation::Unlock);
+        result
+    }
+
+    /// Writes to the inbox of process `pid` (only it is woken); false when
+    /// it has none (it never watched, or it is another process that got a
+    /// gone waiter's pid). Not kept open: an inbox goes with its process,
+    /// and a later process with the same pid gets a new one.
+    fn wake_process(&self, pid: u32, topic: &str) -> bool {
+        let seq = SEQ.fetch_add(1, Ordering::Relaxed).to_le_bytes();
+        // One file per queue in an inbox, whoever signals: `@0` is never
+        // the receiving process's own pid, so its watcher takes it.
+        let path = self
+            .dir
+            .join("inbox")
+            .join(pid.to_string())
+            .join(format!("{topic}@0"));
+        match std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+        {
+            Ok(f) => f.write_at(&seq, 0).is_ok(),
+            Err(_) => false,
+        }
+    }
+}
+
+/// Most processes a queue's registry holds at once.
+const MAX_WAITING: usize = 1024;
+
+/// Whether process `pid` exists.
+fn alive(pid: u32) -> bool {
+    Path::new("/proc").join(pid.to_string()).exists()
+}
+
+impl WakeFiles {
+    /// Closes and removes the least recently used file once `max` are
+    /// open.
+    fn evict_over(&mut self, max: usize, dir: &Path) {
+        if self.open.len() < max {
+            return;
+        }
+        if let Some(oldest) = self
+            .open
+            .iter()
+            .min_by_key(|(_, (_, used))| *used)
+            .map(|(name, _)| name.clone())
+        {
+            self.open.remove(&oldest);
+            let _ = std::fs::remove_file(dir.join(format!("{oldest}@{}", std::process::id())));
+        }
     }
 }
 
@@ -125,17 +270,30 @@ impl WakeTransport for FileTransport {
             }
         };
         let _ = f.write_at(&seq, 0);
-        if files.open.len() >= MAX_WAKE_FILES
-            && let Some(oldest) = files
-                .open
-                .iter()
-                .min_by_key(|(_, (_, used))| *used)
-                .map(|(name, _)| name.clone())
-        {
-            files.open.remove(&oldest);
-            let _ = std::fs::remove_file(self.file_of(&oldest));
-        }
+        files.evict_over(MAX_WAKE_FILES, &self.dir);
         files.open.insert(topic.to_string(), (f, tick));
+    }
+
+    fn announce_one(&self, topic: &str) {
+        let waiters = self.waiters(topic);
+        if waiters.is_empty() {
+            return;
+        }
+        // The waiters take turns; one whose process is gone is passed over.
+        let turn = self.turn.fetch_add(1, Ordering::Relaxed) as usize;
+        let _woken = (0..waiters.len())
+            .map(|i| waiters[(turn + i) % waiters.len()])
+            .any(|pid| alive(pid) && self.wake_process(pid, topic));
+    }
+
+    fn waiting(&self, topic: &str, waiting: bool) {
+        if let Err(e) = self.register(topic, waiting) {
+            tracing::warn!(target: "alk", "cannot write the waiting registry of {topic} (this process's waits fall back to re-reading): {e}");
+        }
+    }
+
+    fn others_waiting(&self, topic: &str) -> bool {
+        !self.waiters(topic).is_empty()
     }
 
     fn start(&self, sink: WakeSink) -> std::io::Result<()> {
@@ -251,7 +409,22 @@ fn watch(dir: &Path, sink: WakeSink) -> std::io::Result<()> {
             let _ = std::fs::remove_file(entry.path());
         }
     }
-    watcher::add(dir, sink)
+    // So are their inboxes.
+    let inboxes = dir.join("inbox");
+    for entry in std::fs::read_dir(&inboxes).into_iter().flatten().flatten() {
+        let name = entry.file_name();
+        if let Some(pid) = name.to_str()
+            && pid.bytes().all(|b| b.is_ascii_digit())
+            && !Path::new("/proc").join(pid).exists()
+        {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+    // This process's inbox: signals meant for it alone.
+    let inbox = inboxes.join(std::process::id().to_string());
+    std::fs::create_dir_all(&inbox)?;
+    watcher::add(dir, sink.clone())?;
+    watcher::add(&inbox, sink)
 }
 
 /// Without inotify, waiters rely on their fallback re-reads.
@@ -263,6 +436,114 @@ fn watch(_dir: &Path, _sink: WakeSink) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn slots(dir: &Path, topic: &str) -> Vec<u32> {
+        std::fs::read(dir.join("wake/waiting").join(topic))
+            .unwrap_or_default()
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+            .collect()
+    }
+
+    fn inbox(dir: &Path, pid: u32, topic: &str) -> Option<Vec<u8>> {
+        let file = format!("wake/inbox/{pid}/{topic}@0");
+        std::fs::read(dir.join(file)).ok()
+    }
+
+    #[test]
+    fn a_queue_signal_wakes_one_waiting_process_and_they_take_turns() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, t) = transport_of(dir.path()).unwrap();
+        // Nobody waits: no process is written to.
+        t.announce_one("queue.q");
+        assert!(!dir.path().join("wake/inbox").exists());
+        assert!(!t.others_waiting("queue.q"));
+
+        // Two other processes wait (as their watch and their waits leave
+        // it: an inbox each, a slot each; slot 1 is free).
+        let mut a = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        let mut b = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        let waiting = dir.path().join("wake/waiting");
+        std::fs::create_dir_all(&waiting).unwrap();
+        let registry: Vec<u8> = [a.id(), 0, b.id()]
+            .iter()
+            .flat_map(|p| p.to_le_bytes())
+            .collect();
+        std::fs::write(waiting.join("queue.q"), registry).unwrap();
+        for pid in [a.id(), b.id()] {
+            std::fs::create_dir_all(dir.path().join(format!("wake/inbox/{pid}"))).unwrap();
+        }
+        assert!(t.others_waiting("queue.q"));
+
+        // Each signal goes to one of them, and the next to the other.
+        t.announce_one("queue.q");
+        let first = [a.id(), b.id()].map(|p| inbox(dir.path(), p, "queue.q").is_some());
+        assert_eq!(first.iter().filter(|w| **w).count(), 1, "{first:?}");
+        t.announce_one("queue.q");
+        assert!(inbox(dir.path(), a.id(), "queue.q").is_some());
+        assert!(inbox(dir.path(), b.id(), "queue.q").is_some());
+
+        // A process that is gone is passed over: every signal goes to b.
+        a.kill().unwrap();
+        a.wait().unwrap();
+        for _ in 0..3 {
+            let (before_a, before_b) = (
+                inbox(dir.path(), a.id(), "queue.q"),
+                inbox(dir.path(), b.id(), "queue.q"),
+            );
+            t.announce_one("queue.q");
+            assert_eq!(inbox(dir.path(), a.id(), "queue.q"), before_a);
+            assert_ne!(inbox(dir.path(), b.id(), "queue.q"), before_b);
+        }
+
+        // So is a live process without an inbox (it never watched: say,
+        // another program that got a gone waiter's pid).
+        let mut c = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        let registry: Vec<u8> = [c.id(), 0, b.id()]
+            .iter()
+            .flat_map(|p| p.to_le_bytes())
+            .collect();
+        std::fs::write(waiting.join("queue.q"), registry).unwrap();
+        for _ in 0..3 {
+            let before = inbox(dir.path(), b.id(), "queue.q");
+            t.announce_one("queue.q");
+            assert_ne!(inbox(dir.path(), b.id(), "queue.q"), before);
+        }
+        assert!(!dir.path().join(format!("wake/inbox/{}", c.id())).exists());
+        c.kill().unwrap();
+        c.wait().unwrap();
+
+        // This process waits: it takes the first free slot (the gone
+        // process's), is not one of the "others", and leaves its slot free.
+        let me = std::process::id();
+        t.waiting("queue.q", true);
+        assert_eq!(slots(dir.path(), "queue.q"), vec![me, 0, b.id()]);
+        t.waiting("queue.q", true);
+        assert_eq!(slots(dir.path(), "queue.q"), vec![me, 0, b.id()]);
+        b.kill().unwrap();
+        b.wait().unwrap();
+        assert!(
+            t.others_waiting("queue.q"),
+            "a registry entry counts until reused"
+        );
+        t.announce_one("queue.q");
+        assert!(
+            inbox(dir.path(), me, "queue.q").is_none(),
+            "never to itself"
+        );
+        t.waiting("queue.q", false);
+        assert_eq!(slots(dir.path(), "queue.q"), vec![0, 0, b.id()]);
+        assert!(!t.others_waiting("queue.other"));
+    }
 
     #[test]
     fn wake_files_stay_bounded_whatever_topics_are_signalled() {

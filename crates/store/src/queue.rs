@@ -539,7 +539,16 @@ impl Queue {
                 })
             })
             .await?;
-        Ok(got.unwrap_or_default())
+        let got = got.unwrap_or_default();
+        if !got.is_empty() && self.wakes.others_waiting(&self.topic) {
+            // A signal wakes one waiting process: if more is due, the next
+            // one is woken from here (see `wake`).
+            let now = clock.now_ms();
+            if matches!(self.engine.next_visible().await, Ok(Some(at)) if at <= now) {
+                self.wakes.pass_on(&self.topic);
+            }
+        }
+        Ok(got)
     }
 
     /// Waits until some message is due (by `clock`), or `deadline`; true

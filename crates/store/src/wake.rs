@@ -17,6 +17,19 @@
 //! every [`FALLBACK`], so a lost wake delays a waiter, never hangs it.
 //! Waiting holds no connection and no transaction, and sleeps: it costs no
 //! CPU.
+//!
+//! **A queue's signal wakes one process, not all** ([`topics::wakes_one`]).
+//! A message goes to one receiver, so waking every waiting worker of every
+//! process for it makes all of them read the store and race for the write
+//! lock, and all but one find nothing: with eight worker processes that is
+//! most of the work done per message. A process about to sleep on a queue
+//! says so to the transport ([`WakeTransport::waiting`]); a signal wakes
+//! the waiters of its own process when it has any, else the transport
+//! wakes one waiting process ([`WakeTransport::announce_one`]). A waiter
+//! that took messages and sees more due passes the wake on
+//! ([`Wakes::pass_on`]); one that leaves without using a wake it got
+//! passes it on too. Transports without a registry of waiters announce to
+//! every process, as for the other topics.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -63,6 +76,12 @@ pub mod topics {
 
     /// The topic schedule runners watch: a schedule was set or deleted.
     pub const SCHEDULES: &str = "schedule";
+
+    /// Whether a signal on `topic` is for one waiter (a queue's: a message
+    /// goes to one receiver) rather than for all of them.
+    pub fn wakes_one(topic: &str) -> bool {
+        topic.starts_with("queue.")
+    }
 }
 
 /// Carries signals between processes that share an engine's stores.
@@ -75,6 +94,24 @@ pub trait WakeTransport: Send + Sync + 'static {
     /// when this process first waits or listens; an error leaves waiters to
     /// their fallback re-reads.
     fn start(&self, sink: WakeSink) -> std::io::Result<()>;
+
+    /// Tells one other process that `topic` changed: a process that said
+    /// it waits on `topic` ([`WakeTransport::waiting`]), if any does. A
+    /// transport that keeps no such registry tells every process.
+    fn announce_one(&self, topic: &str) {
+        self.announce(topic)
+    }
+
+    /// This process now waits on `topic` (`true`), or no longer does. Only
+    /// called for topics that wake one waiter ([`topics::wakes_one`]).
+    fn waiting(&self, _topic: &str, _waiting: bool) {}
+
+    /// Whether another process says it waits on `topic` (a waiter that
+    /// took messages passes the wake on only then). `false` when the
+    /// transport keeps no registry: its announcements reach everyone.
+    fn others_waiting(&self, _topic: &str) -> bool {
+        false
+    }
 
     /// Resolves once every signal announced so far has been handed on (or
     /// given up on). A host calls it before it exits, so that a signal
@@ -139,6 +176,9 @@ pub struct Topic {
     /// Signals seen by this process (its own and other processes'). Only
     /// grows; listeners compare it with what they saw last.
     seq: AtomicU64,
+    /// Waits in this process that said they sleep on the topic (see
+    /// [`Waiting`]); the transport is told when this leaves or reaches 0.
+    waiters: Mutex<usize>,
 }
 
 impl Topic {
@@ -184,6 +224,9 @@ struct Inner {
     topics: Mutex<Topics>,
     transport: Arc<dyn WakeTransport>,
     watching: Mutex<bool>,
+    /// The transport delivers other processes' signals here (it started):
+    /// only then does this process say it waits.
+    delivering: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Default)]
@@ -209,6 +252,43 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// A wait in this process that sleeps on a topic waking one waiter: the
+/// transport knows this process waits while any such wait exists.
+struct Waiting {
+    inner: Arc<Inner>,
+    name: String,
+    topic: Arc<Topic>,
+}
+
+impl Waiting {
+    fn new(inner: Arc<Inner>, name: &str, topic: Arc<Topic>) -> Waiting {
+        {
+            // Under the count's lock, so that the transport hears "waits"
+            // and "no longer waits" in the order the count moved.
+            let mut n = lock(&topic.waiters);
+            *n += 1;
+            if *n == 1 {
+                inner.transport.waiting(name, true);
+            }
+        }
+        Waiting {
+            inner,
+            name: name.to_string(),
+            topic,
+        }
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        let mut n = lock(&self.topic.waiters);
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            self.inner.transport.waiting(&self.name, false);
+        }
+    }
+}
+
 impl Wakes {
     /// Wakes carried to other processes by `transport`.
     pub fn new(transport: Arc<dyn WakeTransport>) -> Wakes {
@@ -217,6 +297,7 @@ impl Wakes {
                 topics: Default::default(),
                 transport,
                 watching: Mutex::new(false),
+                delivering: Default::default(),
             }),
         }
     }
@@ -252,13 +333,39 @@ impl Wakes {
     }
 
     /// Announces a committed change on `topic` to waiters in this and
-    /// every other process.
+    /// every other process — or, for a queue's topic, to the waiters of
+    /// this process if it has any, else to one other waiting process (see
+    /// the module's documentation).
     pub fn signal(&self, topic: &str) {
         let t = lock(&self.inner.topics).map.get(topic).cloned();
+        if !topics::wakes_one(topic) {
+            if let Some(t) = t {
+                t.wake();
+            }
+            self.inner.transport.announce(topic);
+            return;
+        }
         if let Some(t) = t {
             t.wake();
+            if *lock(&t.waiters) > 0 {
+                return;
+            }
         }
-        self.inner.transport.announce(topic);
+        self.inner.transport.announce_one(topic);
+    }
+
+    /// A waiter of a queue took what it was woken for and more is there:
+    /// wakes one other waiting process, if any says it waits.
+    pub fn pass_on(&self, topic: &str) {
+        if self.inner.transport.others_waiting(topic) {
+            self.inner.transport.announce_one(topic);
+        }
+    }
+
+    /// Whether another process waits on `topic` (worth a look at the store
+    /// before [`Wakes::pass_on`]).
+    pub fn others_waiting(&self, topic: &str) -> bool {
+        self.inner.transport.others_waiting(topic)
     }
 
     /// Resolves once every signal announced so far has been handed to the
@@ -282,7 +389,10 @@ impl Wakes {
             .transport
             .start(WakeSink(Arc::downgrade(&self.inner)))
         {
-            Ok(()) => *watching = true,
+            Ok(()) => {
+                *watching = true;
+                self.inner.delivering.store(true, Ordering::SeqCst);
+            }
             Err(e) => {
                 // Waiters fall back to re-reading every FALLBACK.
                 tracing::warn!("cannot watch for other processes' wakes: {e}");
@@ -304,17 +414,34 @@ impl Wakes {
         mut check: impl FnMut() -> CheckFuture<'a, T> + Send,
     ) -> AlkResult<Option<T>> {
         let t = self.watched_topic(topic);
+        let one = topics::wakes_one(topic);
+        // Said to the transport before the sleep, and checked again after
+        // saying it: a signal sent before that went to another process.
+        let mut registered: Option<Waiting> = None;
         loop {
             let notified = t.notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
+            let seen = t.seq();
             let retry_at = match check().await? {
                 Check::Ready(v) => return Ok(Some(v)),
                 Check::NotYet(at) => at,
             };
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
+                if let Some(w) = registered.take()
+                    && t.seq() != seen
+                {
+                    // A wake came for this process while it was leaving:
+                    // another waiter may need it.
+                    drop(w);
+                    self.pass_on(topic);
+                }
                 return Ok(None);
+            }
+            if one && registered.is_none() && self.inner.delivering.load(Ordering::SeqCst) {
+                registered = Some(Waiting::new(self.inner.clone(), topic, t.clone()));
+                continue;
             }
             let mut wake_at = now + FALLBACK;
             for at in [deadline, retry_at].into_iter().flatten() {
@@ -368,6 +495,133 @@ mod tests {
             .await
             .unwrap();
         assert!(timed_out.is_none());
+    }
+
+    /// A transport that records what it is told.
+    #[derive(Default)]
+    struct Recorder {
+        log: Mutex<Vec<String>>,
+        others: AtomicBool,
+    }
+
+    impl WakeTransport for Recorder {
+        fn announce(&self, topic: &str) {
+            lock(&self.log).push(format!("all {topic}"));
+        }
+        fn announce_one(&self, topic: &str) {
+            lock(&self.log).push(format!("one {topic}"));
+        }
+        fn waiting(&self, topic: &str, waiting: bool) {
+            lock(&self.log).push(format!("waiting {topic} {waiting}"));
+        }
+        fn others_waiting(&self, _topic: &str) -> bool {
+            self.others.load(Ordering::SeqCst)
+        }
+        fn start(&self, _sink: WakeSink) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn recorded(r: &Recorder) -> Vec<String> {
+        std::mem::take(&mut *lock(&r.log))
+    }
+
+    #[tokio::test]
+    async fn a_queue_signal_wakes_this_process_or_one_other_and_other_topics_wake_all() {
+        let recorder = Arc::new(Recorder::default());
+        let wakes = Wakes::new(recorder.clone());
+        // Nobody waits here: one other process is told; a stream's signal
+        // goes to all of them.
+        wakes.signal("queue.q");
+        wakes.signal("stream.s");
+        assert_eq!(recorded(&recorder), ["one queue.q", "all stream.s"]);
+
+        // A waiter that finds nothing says it waits, once, before sleeping.
+        let flag = Arc::new(AtomicBool::new(false));
+        let checks = Arc::new(AtomicU64::new(0));
+        let waiter = {
+            let (wakes, flag, checks) = (wakes.clone(), flag.clone(), checks.clone());
+            tokio::spawn(async move {
+                wakes
+                    .wait_for("queue.q", None, || {
+                        let (flag, checks) = (flag.clone(), checks.clone());
+                        Box::pin(async move {
+                            checks.fetch_add(1, Ordering::SeqCst);
+                            Ok(if flag.load(Ordering::SeqCst) {
+                                Check::Ready(())
+                            } else {
+                                Check::NotYet(None)
+                            })
+                        })
+                    })
+                    .await
+            })
+        };
+        while checks.load(Ordering::SeqCst) < 2 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(recorded(&recorder), ["waiting queue.q true"]);
+
+        // With a waiter here, the signal wakes it and tells no one else;
+        // leaving, the waiter says it no longer waits.
+        flag.store(true, Ordering::SeqCst);
+        wakes.signal("queue.q");
+        assert!(waiter.await.unwrap().unwrap().is_some());
+        assert_eq!(recorded(&recorder), ["waiting queue.q false"]);
+
+        // Passing a wake on tells one other process only if one waits.
+        wakes.pass_on("queue.q");
+        assert!(recorded(&recorder).is_empty());
+        recorder.others.store(true, Ordering::SeqCst);
+        wakes.pass_on("queue.q");
+        assert_eq!(recorded(&recorder), ["one queue.q"]);
+
+        // A stream's waiter never registers.
+        let none = wakes
+            .wait_for("stream.s", Some(Instant::now()), || {
+                Box::pin(async { Ok(Check::<()>::NotYet(None)) })
+            })
+            .await
+            .unwrap();
+        assert!(none.is_none());
+        assert!(recorded(&recorder).is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_waiter_leaving_with_a_wake_it_did_not_use_passes_it_on() {
+        let recorder = Arc::new(Recorder::default());
+        recorder.others.store(true, Ordering::SeqCst);
+        let wakes = Wakes::new(recorder.clone());
+        let checks = Arc::new(AtomicU64::new(0));
+        // The first check runs at once, well before the deadline.
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let got = {
+            let (w, checks) = (wakes.clone(), checks.clone());
+            wakes
+                .wait_for("queue.q", Some(deadline), move || {
+                    let (w, checks) = (w.clone(), checks.clone());
+                    Box::pin(async move {
+                        if checks.fetch_add(1, Ordering::SeqCst) == 1 {
+                            // The second check, registered: a signal comes
+                            // in, and the deadline passes before a third.
+                            w.signal("queue.q");
+                            tokio::time::sleep_until(deadline).await;
+                        }
+                        Ok(Check::<()>::NotYet(None))
+                    })
+                })
+                .await
+                .unwrap()
+        };
+        assert!(got.is_none());
+        assert_eq!(
+            recorded(&recorder),
+            [
+                "waiting queue.q true",
+                "waiting queue.q false",
+                "one queue.q"
+            ]
+        );
     }
 
     #[test]

@@ -27,8 +27,9 @@
 //! the waiters of its own process when it has any, else the transport
 //! wakes one waiting process ([`WakeTransport::announce_one`]). A waiter
 //! that took messages and sees more due passes the wake on
-//! ([`Wakes::pass_on`]); one that leaves without using a wake it got
-//! passes it on too. Transports without a registry of waiters announce to
+//! ([`Wakes::pass_on`]); a wait that ends (found, at its deadline, or
+//! dropped) with a wake that came after it last looked at the store passes
+//! that one on too. Transports without a registry of waiters announce to
 //! every process, as for the other topics.
 
 use std::collections::HashMap;
@@ -279,6 +280,31 @@ impl Waiting {
     }
 }
 
+/// A wait's registration, however the wait ends (found, deadline, or
+/// dropped: a guest's `poll` that returned for another pollable). A wake
+/// that came in since the wait last looked at the store may have been
+/// meant for work it did not take: it is passed on to another waiting
+/// process.
+struct Registered<'w> {
+    wakes: &'w Wakes,
+    name: &'w str,
+    topic: Arc<Topic>,
+    waiting: Option<Waiting>,
+    /// The topic's signals when the wait last looked at the store.
+    seen: u64,
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        if let Some(w) = self.waiting.take() {
+            drop(w);
+            if self.topic.seq() != self.seen {
+                self.wakes.pass_on(self.name);
+            }
+        }
+    }
+}
+
 impl Drop for Waiting {
     fn drop(&mut self) {
         let mut n = lock(&self.topic.waiters);
@@ -417,30 +443,28 @@ impl Wakes {
         let one = topics::wakes_one(topic);
         // Said to the transport before the sleep, and checked again after
         // saying it: a signal sent before that went to another process.
-        let mut registered: Option<Waiting> = None;
+        let mut registered = Registered {
+            wakes: self,
+            name: topic,
+            topic: t.clone(),
+            waiting: None,
+            seen: 0,
+        };
         loop {
             let notified = t.notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let seen = t.seq();
+            registered.seen = t.seq();
             let retry_at = match check().await? {
                 Check::Ready(v) => return Ok(Some(v)),
                 Check::NotYet(at) => at,
             };
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
-                if let Some(w) = registered.take()
-                    && t.seq() != seen
-                {
-                    // A wake came for this process while it was leaving:
-                    // another waiter may need it.
-                    drop(w);
-                    self.pass_on(topic);
-                }
                 return Ok(None);
             }
-            if one && registered.is_none() && self.inner.delivering.load(Ordering::SeqCst) {
-                registered = Some(Waiting::new(self.inner.clone(), topic, t.clone()));
+            if one && registered.waiting.is_none() && self.inner.delivering.load(Ordering::SeqCst) {
+                registered.waiting = Some(Waiting::new(self.inner.clone(), topic, t.clone()));
                 continue;
             }
             let mut wake_at = now + FALLBACK;
@@ -614,6 +638,47 @@ mod tests {
                 .unwrap()
         };
         assert!(got.is_none());
+        assert_eq!(
+            recorded(&recorder),
+            [
+                "waiting queue.q true",
+                "waiting queue.q false",
+                "one queue.q"
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_wait_dropped_with_a_wake_it_did_not_look_at_passes_it_on() {
+        let recorder = Arc::new(Recorder::default());
+        recorder.others.store(true, Ordering::SeqCst);
+        let wakes = Wakes::new(recorder.clone());
+        let checks = Arc::new(AtomicU64::new(0));
+        let waiter = {
+            let (w, checks) = (wakes.clone(), checks.clone());
+            tokio::spawn(async move {
+                let w2 = w.clone();
+                w.wait_for("queue.q", None, move || {
+                    let (w, checks) = (w2.clone(), checks.clone());
+                    Box::pin(async move {
+                        if checks.fetch_add(1, Ordering::SeqCst) == 1 {
+                            // Registered: a signal comes in, and the wait
+                            // is dropped (a guest's poll returned for
+                            // something else) before it looks again.
+                            w.signal("queue.q");
+                            std::future::pending::<()>().await;
+                        }
+                        Ok(Check::<()>::NotYet(None))
+                    })
+                })
+                .await
+            })
+        };
+        while checks.load(Ordering::SeqCst) < 2 {
+            tokio::task::yield_now().await;
+        }
+        waiter.abort();
+        assert!(waiter.await.unwrap_err().is_cancelled());
         assert_eq!(
             recorded(&recorder),
             [

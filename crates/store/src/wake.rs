@@ -611,12 +611,26 @@ mod tests {
         assert!(recorded(&recorder).is_empty());
     }
 
-    #[tokio::test]
-    async fn a_waiter_leaving_with_a_wake_it_did_not_use_passes_it_on() {
+    /// Wakes whose transport says another process waits, and a count of
+    /// checks.
+    fn another_process_waits() -> (Arc<Recorder>, Wakes, Arc<AtomicU64>) {
         let recorder = Arc::new(Recorder::default());
         recorder.others.store(true, Ordering::SeqCst);
         let wakes = Wakes::new(recorder.clone());
-        let checks = Arc::new(AtomicU64::new(0));
+        (recorder, wakes, Arc::new(AtomicU64::new(0)))
+    }
+
+    /// What a wait that registered, then ended with a wake it did not look
+    /// at, tells the transport.
+    const PASSED_ON: [&str; 3] = [
+        "waiting queue.q true",
+        "waiting queue.q false",
+        "one queue.q",
+    ];
+
+    #[tokio::test]
+    async fn a_waiter_leaving_with_a_wake_it_did_not_use_passes_it_on() {
+        let (recorder, wakes, checks) = another_process_waits();
         // The first check runs at once, well before the deadline.
         let deadline = Instant::now() + Duration::from_secs(2);
         let got = {
@@ -638,22 +652,12 @@ mod tests {
                 .unwrap()
         };
         assert!(got.is_none());
-        assert_eq!(
-            recorded(&recorder),
-            [
-                "waiting queue.q true",
-                "waiting queue.q false",
-                "one queue.q"
-            ]
-        );
+        assert_eq!(recorded(&recorder), PASSED_ON);
     }
 
     #[tokio::test]
     async fn a_wait_dropped_with_a_wake_it_did_not_look_at_passes_it_on() {
-        let recorder = Arc::new(Recorder::default());
-        recorder.others.store(true, Ordering::SeqCst);
-        let wakes = Wakes::new(recorder.clone());
-        let checks = Arc::new(AtomicU64::new(0));
+        let (recorder, wakes, checks) = another_process_waits();
         let waiter = {
             let (w, checks) = (wakes.clone(), checks.clone());
             tokio::spawn(async move {
@@ -679,14 +683,7 @@ mod tests {
         }
         waiter.abort();
         assert!(waiter.await.unwrap_err().is_cancelled());
-        assert_eq!(
-            recorded(&recorder),
-            [
-                "waiting queue.q true",
-                "waiting queue.q false",
-                "one queue.q"
-            ]
-        );
+        assert_eq!(recorded(&recorder), PASSED_ON);
     }
 
     #[test]

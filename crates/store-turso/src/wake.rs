@@ -546,6 +546,20 @@ mod tests {
     }
 
     #[test]
+    fn waiting_registries_held_open_stay_bounded_whatever_queues_are_signalled() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, t) = transport_of(dir.path()).unwrap();
+        for i in 0..500 {
+            t.announce_one(&format!("queue.q{i}"));
+            t.waiting(&format!("queue.w{i}"), true);
+            t.waiting(&format!("queue.w{i}"), false);
+            assert!(lock(&t.registry).len() <= MAX_WAKE_FILES);
+        }
+        // Every process that waited left its slot free.
+        assert_eq!(slots(dir.path(), "queue.w499"), vec![0]);
+    }
+
+    #[test]
     fn wake_files_stay_bounded_whatever_topics_are_signalled() {
         let dir = tempfile::tempdir().unwrap();
         let wakes = wakes_of(dir.path()).unwrap();

@@ -546,6 +546,37 @@ mod tests {
     }
 
     #[test]
+    fn a_corrupt_waiting_registry_wakes_no_one_and_still_takes_registrations() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, t) = transport_of(dir.path()).unwrap();
+        let waiting = dir.path().join("wake/waiting");
+        std::fs::create_dir_all(&waiting).unwrap();
+        // Not pids of live processes, an odd length, this process's own
+        // pid, and more than the registry reads.
+        let me = std::process::id();
+        let mut junk: Vec<u8> = [u32::MAX, 1 << 30, me]
+            .iter()
+            .flat_map(|p| p.to_le_bytes())
+            .collect();
+        junk.extend([7u8, 7, 7]);
+        junk.extend(vec![0xAB; 8 * MAX_WAITING]);
+        std::fs::write(waiting.join("queue.j"), &junk).unwrap();
+        // Nobody real waits: a signal writes no inbox and fails nothing.
+        t.announce_one("queue.j");
+        assert!(!dir.path().join("wake/inbox").exists());
+        // Waiting and leaving work on it: this process's slot is found
+        // again and freed; what is not a live pid is left alone.
+        t.waiting("queue.j", true);
+        t.waiting("queue.j", false);
+        let after = slots(dir.path(), "queue.j");
+        assert_eq!(&after[..3], &[u32::MAX, 1 << 30, 0]);
+        // An entry that is no live pid costs a reader one look at the
+        // store (`others_waiting`), never a wake sent somewhere.
+        t.announce_one("queue.j");
+        assert!(!dir.path().join("wake/inbox").exists());
+    }
+
+    #[test]
     fn waiting_registries_held_open_stay_bounded_whatever_queues_are_signalled() {
         let dir = tempfile::tempdir().unwrap();
         let (_, t) = transport_of(dir.path()).unwrap();

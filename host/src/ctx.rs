@@ -231,8 +231,9 @@ impl AlkCtxBuilder {
     }
 
     /// The format of queue files the default engine creates:
-    /// `localqueue.v3` (every job option, queue limits, unique sends and
-    /// results) by default, or `localqueue.v1`
+    /// `localqueue.v4` (every job option, queue limits, unique sends and
+    /// results) by default, `localqueue.v3` for a data directory shared
+    /// with hosts that know no newer format, or `localqueue.v1`
     /// for a data directory shared with a program that reads only v1.
     /// Existing files keep their format either way (see
     /// [`alk_store_turso::migrate_queue`]).

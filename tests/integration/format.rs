@@ -115,7 +115,7 @@ fn fixed_meta(meta: &serde_json::Value) -> serde_json::Value {
 }
 
 /// A guest using transactions leaves a `localstream.v3` store and
-/// `localqueue.v3` queues (outbox queues included) exactly as documented;
+/// `localqueue.v4` queues (outbox queues included) exactly as documented;
 /// the queues it sent to through transactions carry the relay mark of the
 /// stream store and nothing else beyond the documented rows.
 #[test]
@@ -142,7 +142,7 @@ fn transactions_leave_documented_stream_and_queue_stores() {
         .expect("a store_id row");
     // Every send was relayed: nothing is left pending.
     assert_eq!(stream["rows"]["relay"], 0, "{}", stream["rows"]);
-    let queue_doc = sqlite_schema("ddl", &doc("localqueue.v3.md"));
+    let queue_doc = sqlite_schema("ddl", &doc("localqueue.v4.md"));
     let mut marked = 0;
     let mut outboxes = 0;
     for file in store_files(dir.path(), "queue", "localqueue.sqlite") {
@@ -201,6 +201,22 @@ fn the_lock_store_has_exactly_the_documented_schema_and_marker() {
 fn queue_stores_have_exactly_the_documented_schema_index_and_marker() {
     assert_stores_match_document(
         "queue-contract",
+        "queue",
+        "localqueue.sqlite",
+        "localqueue.v4",
+        &[
+            "__turso_internal_seq___turso_internal_autoincrement_message_groups",
+            "__turso_internal_seq___turso_internal_autoincrement_messages",
+        ],
+    );
+}
+
+#[test]
+fn v3_queue_stores_have_exactly_the_documented_schema_index_and_marker() {
+    assert_stores_match_document_with(
+        "queue-tool",
+        &["--new-queues", "v3"],
+        &["produce", "q", "3", "m"],
         "queue",
         "localqueue.sqlite",
         "localqueue.v3",

@@ -1,6 +1,6 @@
 //! Job queues across processes and versions: a guest built against
 //! `alk:store@0.1.0`, fair groups under four consumer processes, retries
-//! and dead letters under `kill -9`, and the `localqueue.v1` → v3
+//! and dead letters under `kill -9`, and the `localqueue.v1` → v4
 //! migration checked with stock SQLite.
 
 use std::collections::{HashMap, HashSet};
@@ -264,10 +264,10 @@ fn migrate(dir: &std::path::Path, name: &str) -> std::process::Output {
 
 /// A v1 queue with due, delayed-by-visibility and in-flight messages is
 /// migrated by `alk-host migrate` to the newest format: stock SQLite then
-/// reads exactly the v3 document's schema, and every message, attempt and
+/// reads exactly the v4 document's schema, and every message, attempt and
 /// receipt is kept.
 #[test]
-fn a_v1_queue_migrates_to_v3_keeping_every_message() {
+fn a_v1_queue_migrates_to_v4_keeping_every_message() {
     let dir = tempfile::tempdir().unwrap();
     let v1 = ["--new-queues", "v1"];
     let out = run_cli("queue-tool", dir.path(), &v1, &["produce", "old", "6", "m"]);
@@ -311,22 +311,22 @@ fn a_v1_queue_migrates_to_v3_keeping_every_message() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(
         text(&out.stdout).trim(),
-        "queue old: migrated from localqueue.v1 to localqueue.v3"
+        "queue old: migrated from localqueue.v1 to localqueue.v4"
     );
     let out = migrate(dir.path(), "old");
     assert!(out.status.success());
-    assert!(text(&out.stdout).contains("already localqueue.v3"));
+    assert!(text(&out.stdout).contains("already localqueue.v4"));
 
     let file = dir.path().join("queue/old/localqueue.sqlite");
     let seen = sqlite_schema("store", &file);
-    let expected = sqlite_schema("ddl", &root().join("docs/formats/localqueue.v3.md"));
+    let expected = sqlite_schema("ddl", &root().join("docs/formats/localqueue.v4.md"));
     assert_eq!(seen["integrity"], "ok");
     assert_eq!(seen["tables"], expected["tables"]);
     assert_eq!(seen["indexes"], expected["indexes"]);
     assert_eq!(seen["meta"], expected["meta"]);
     assert_eq!(
         seen["meta"],
-        serde_json::json!([["format", "localqueue.v3"]])
+        serde_json::json!([["format", "localqueue.v4"]])
     );
 
     // In flight: attempt 1, still in flight; the given-back one waits with
@@ -411,7 +411,7 @@ fn migration_is_refused_while_another_process_has_the_queue_open() {
 
 /// `alk-host migrate` killed with `kill -9` at several points of a long
 /// migration (100,000 messages): every time, the file is a valid store of
-/// v1 or of v3 — each exactly as its document says — with every message;
+/// v1 or of v4 — each exactly as its document says — with every message;
 /// the migration then completes.
 #[test]
 fn a_migration_killed_at_any_point_leaves_a_valid_store() {
@@ -431,8 +431,8 @@ fn a_migration_killed_at_any_point_leaves_a_valid_store() {
             sqlite_schema("ddl", &root().join("docs/formats/localqueue.v1.md")),
         ),
         (
-            "localqueue.v3",
-            sqlite_schema("ddl", &root().join("docs/formats/localqueue.v3.md")),
+            "localqueue.v4",
+            sqlite_schema("ddl", &root().join("docs/formats/localqueue.v4.md")),
         ),
     ];
     let check = |when: &str| -> &'static str {
@@ -471,7 +471,7 @@ fn a_migration_killed_at_any_point_leaves_a_valid_store() {
     eprintln!("{killed_before_the_end} migrations killed before they committed");
     let out = migrate(dir.path(), "big");
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert_eq!(check("after the last migration"), "localqueue.v3");
+    assert_eq!(check("after the last migration"), "localqueue.v4");
     // The queue works: the oldest message comes first.
     let out = run_cli(
         "queue-tool",

@@ -61,13 +61,14 @@ pub struct GuestArgs {
     #[arg(long, value_enum, default_value = "full")]
     durability: DurabilityArg,
 
-    /// The format of queue files this host creates. `v3`: every job option
+    /// The format of queue files this host creates. `v4`: every job option
     /// (priorities, delays, retries, dead letters, groups), queue limits,
-    /// unique sends and results. `v1`: plain
+    /// unique sends and results. `v3`: the same, for a data directory shared
+    /// with hosts that know no newer format. `v1`: plain
     /// messages only, for a data directory shared with a program that reads
     /// only `localqueue.v1`. Existing queue files keep their format; move a
-    /// v1 or v2 queue to v3 with `alk-host migrate queue NAME`.
-    #[arg(long, value_enum, default_value = "v3", conflicts_with = "store")]
+    /// v1, v2 or v3 queue to v4 with `alk-host migrate queue NAME`.
+    #[arg(long, value_enum, default_value = "v4", conflicts_with = "store")]
     new_queues: NewQueuesArg,
 
     /// The format of kv bucket files this host creates. `v1` (the
@@ -128,6 +129,7 @@ impl GuestArgs {
                 .durability(durability)
                 .new_queues(match self.new_queues {
                     NewQueuesArg::V1 => NewQueues::V1,
+                    NewQueuesArg::V4 => NewQueues::V4,
                     NewQueuesArg::V3 => NewQueues::V3,
                 })
                 .new_kv(match self.new_kv {
@@ -158,8 +160,11 @@ fn bucket_name(name: &str) -> Result<String, String> {
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 enum NewQueuesArg {
     // No `v2`: hosts older than `localqueue.v3` read v2 files, and one
-    // that quietly made v3 files for `v2` would lock them out.
-    /// `localqueue.v3`, the newest format.
+    // that quietly made newer files for `v2` would lock them out.
+    /// `localqueue.v4`, the newest format.
+    V4,
+    /// `localqueue.v3`, for a data directory shared with hosts that know
+    /// no newer format.
     V3,
     /// `localqueue.v1`, plain messages only.
     V1,

@@ -153,8 +153,9 @@ pub struct MigrateCommand {
 
 #[derive(Debug, clap::Subcommand)]
 enum MigrateWhat {
-    /// Move a queue file from `localqueue.v1` or `localqueue.v2` to
-    /// `localqueue.v3` (queue limits, unique sends and results), keeping
+    /// Move a queue file from `localqueue.v1`, `localqueue.v2` or
+    /// `localqueue.v3` to `localqueue.v4` (job options, queue limits,
+    /// unique sends and results, fewer index writes per message), keeping
     /// every message, id, attempt count, receipt, group and dead letter.
     /// Stop every process using the queue first: the migration refuses to
     /// run while one has it open, and no process can open it while it
@@ -227,7 +228,7 @@ impl MigrateCommand {
                     Migrated::Upgraded { from } => Some(from),
                     Migrated::AlreadyCurrent => None,
                 });
-                ("queue", "localqueue.v3", name, done)
+                ("queue", "localqueue.v4", name, done)
             }
             MigrateWhat::Kv { name, data_dir } => {
                 use alk_host::turso::kv::Migrated;

@@ -1413,7 +1413,7 @@ impl QueueEngine for PgQueue {
             .await
     }
 
-    async fn next_visible(&self) -> AlkResult<Option<i64>> {
+    async fn next_visible(&self, _now: i64) -> AlkResult<Option<i64>> {
         let (queue, next) = (&self.name, &self.sql.next_visible);
         let at = self
             .inner

@@ -5,8 +5,8 @@
 //! processes share them safely:
 //!
 //! - `kv/<bucket>/localkv.sqlite` — [`kv`], format `localkv.v1`;
-//! - `queue/<name>/localqueue.sqlite` — [`queue`], format `localqueue.v3`
-//!   (or `localqueue.v1`, `localqueue.v2`);
+//! - `queue/<name>/localqueue.sqlite` — [`queue`], format `localqueue.v4`
+//!   (or `localqueue.v1`, `localqueue.v2`, `localqueue.v3`);
 //! - `stream/localstream.sqlite` — [`stream`], format `localstream.v3`:
 //!   streams and offsets, and in the same file transactions (the `tx`
 //!   module), their sends to queues until they are relayed ([`relay`]),
@@ -82,8 +82,9 @@ pub async fn migrate_kv(data_dir: &Path, name: &str) -> AlkResult<kv::Migrated> 
     kv::KvStore::migrate(data_dir, name, RetryPolicy::default()).await
 }
 
-/// Moves queue `name` under `data_dir` from `localqueue.v1` or
-/// `localqueue.v2` to `localqueue.v3` (ids, attempts, receipts, due times,
+/// Moves queue `name` under `data_dir` from `localqueue.v1`,
+/// `localqueue.v2` or `localqueue.v3` to `localqueue.v4` (ids, attempts,
+/// receipts, due times,
 /// groups and dead letters kept), in one transaction; what it did names
 /// the format the file had. Refused with `busy` while any process — this
 /// one included — has the queue open: run it before the host uses the
@@ -318,6 +319,53 @@ mod conformance {
             queue_receive_wait_wakes_on_a_send,
             queue_stats_count_waiting_and_in_flight,
             queue_stats_hold_under_concurrent_writers,
+        );
+    }
+
+    /// The queue, job and rate cases on `localqueue.v3` files (still made
+    /// by hosts started with `--new-queues v3`).
+    mod localqueue_v3 {
+        use super::*;
+
+        async fn make() -> Subject {
+            let dir = tempfile::tempdir().unwrap();
+            let options = StoreOptions {
+                new_queues: NewQueues::V3,
+                ..StoreOptions::default()
+            };
+            Subject {
+                engine: Arc::new(TursoEngine::new(dir.path(), options)),
+                keep: Box::new(dir),
+            }
+        }
+
+        alk_store::conformance_tests!(@in make;
+            queue: [
+                queue_visibility_and_redelivery_follow_the_clock,
+                queue_claims_oldest_first_and_skips_in_flight,
+                queue_ack_batch_reports_each_receipt,
+                queue_receive_wait_wakes_on_a_send,
+                queue_stats_count_waiting_and_in_flight,
+            ],
+            jobs: [
+                jobs_claim_by_priority_then_ready_time,
+                jobs_retry_backs_off_and_ends_in_the_dead_letters,
+                jobs_a_lapsed_last_attempt_goes_to_the_dead_letters,
+                jobs_heartbeat_extends_only_a_live_delivery,
+                jobs_expired_messages_end_in_the_dead_letters,
+                jobs_cancel_and_fail,
+                jobs_groups_take_turns_one_in_flight_each,
+                jobs_claims_look_past_parked_groups_and_count_burials,
+                jobs_stats_count_delays_groups_and_dead_letters,
+                jobs_groups_hand_out_up_to_their_concurrency_in_order,
+                jobs_max_in_flight_caps_the_queue,
+                jobs_unique_sends_store_one_message_per_key,
+                jobs_completed_results_are_kept_until_their_time,
+            ],
+            rate: [
+                rate_claims_take_one_token_per_message,
+                rate_per_group_buckets_are_separate,
+            ],
         );
     }
 

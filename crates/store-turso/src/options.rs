@@ -23,9 +23,13 @@ pub enum Durability {
 /// theirs whatever this says (`localqueue.v2` files included).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum NewQueues {
-    /// `localqueue.v3`: every job option, and the queue limits, unique
-    /// sends and results.
+    /// `localqueue.v4`: everything of v3, with fewer index writes per
+    /// message.
     #[default]
+    V4,
+    /// `localqueue.v3`: every job option, and the queue limits, unique
+    /// sends and results (for a data directory shared with hosts that know
+    /// no newer format).
     V3,
     /// `localqueue.v1`, for a data directory shared with a program that
     /// reads only v1 files: plain messages only.

@@ -1,18 +1,19 @@
-//! `localqueue.v1`, `localqueue.v2` and `localqueue.v3`: the queue store
-//! formats and their only implementation.
+//! `localqueue.v1` to `localqueue.v4`: the queue store formats and their
+//! only implementation.
 //!
 //! The schemas and every statement are defined here, once (but the two
 //! statements of the relay marks, which are with the rest of the relay in
-//! [`crate::relay`]), and pinned by `docs/formats/localqueue.v1.md`,
-//! `docs/formats/localqueue.v2.md` and `docs/formats/localqueue.v3.md`;
-//! tests check that the documents carry the same DDL and statements.
+//! [`crate::relay`]), and pinned by `docs/formats/localqueue.v1.md` to
+//! `docs/formats/localqueue.v4.md`; tests check that the documents carry
+//! the same DDL and statements.
 //!
-//! `localqueue.v2` is `localqueue.v1` plus [`UPGRADE`], and
-//! `localqueue.v3` is `localqueue.v2` plus [`UPGRADE_V3`]: a new v3 file is
-//! made by running all three, an older file is moved to v3 by running the
-//! upgrades it lacks ([`QueueStore::migrate`]), so all have the same
-//! schema. A v1 or v2 file is used as it is (another program reads and
-//! writes v1 files) and is only ever upgraded on request.
+//! `localqueue.v2` is `localqueue.v1` plus [`UPGRADE`], `localqueue.v3` is
+//! `localqueue.v2` plus [`UPGRADE_V3`], and `localqueue.v4` is
+//! `localqueue.v3` plus [`UPGRADE_V4`]: a new v4 file is made by running
+//! all four, an older file is moved to v4 by running the upgrades it lacks
+//! ([`QueueStore::migrate`]), so all have the same schema. A v1, v2 or v3
+//! file is used as it is (another program reads and writes v1 files, older
+//! hosts v3 files) and is only ever upgraded on request.
 
 use std::path::{Path, PathBuf};
 
@@ -139,6 +140,21 @@ UPDATE meta SET value = 'localqueue.v3' WHERE key = 'format';
     };
 }
 
+macro_rules! upgrade_v4 {
+    () => {
+        "\
+DROP INDEX IF EXISTS idx_messages_visible;
+DROP INDEX IF EXISTS idx_messages_ready;
+DROP INDEX IF EXISTS idx_messages_in_flight;
+UPDATE messages SET ready_at = -1 - ready_at WHERE receipt_handle IS NOT NULL AND ready_at >= 0;
+CREATE INDEX IF NOT EXISTS idx_messages_waiting ON messages (priority DESC, ready_at, id) WHERE group_key IS NULL AND ready_at >= 0;
+CREATE INDEX IF NOT EXISTS idx_messages_claimed ON messages (visible_at) WHERE ready_at < 0;
+CREATE INDEX IF NOT EXISTS idx_messages_group_due ON messages (visible_at) WHERE group_key IS NOT NULL AND ready_at >= 0;
+UPDATE meta SET value = 'localqueue.v4' WHERE key = 'format';
+"
+    };
+}
+
 /// The DDL of `localqueue.v1`.
 pub const DDL: &str = v1_ddl!();
 
@@ -160,6 +176,21 @@ pub const UPGRADE_V1_V3: &str = concat!(upgrade!(), upgrade_v3!());
 /// The DDL of a new `localqueue.v3` file: [`DDL`], [`UPGRADE`], then
 /// [`UPGRADE_V3`].
 pub const DDL_V3: &str = concat!(v1_ddl!(), upgrade!(), upgrade_v3!());
+
+/// What turns a `localqueue.v3` file into a `localqueue.v4` one, in one
+/// `BEGIN IMMEDIATE` transaction.
+pub const UPGRADE_V4: &str = upgrade_v4!();
+
+/// What turns a `localqueue.v2` file into a `localqueue.v4` one, in one
+/// transaction: [`UPGRADE_V3`], then [`UPGRADE_V4`].
+pub const UPGRADE_V2_V4: &str = concat!(upgrade_v3!(), upgrade_v4!());
+
+/// What turns a `localqueue.v1` file into a `localqueue.v4` one, in one
+/// transaction: [`UPGRADE`], [`UPGRADE_V3`], then [`UPGRADE_V4`].
+pub const UPGRADE_V1_V4: &str = concat!(upgrade!(), upgrade_v3!(), upgrade_v4!());
+
+/// The DDL of a new `localqueue.v4` file: [`DDL_V3`], then [`UPGRADE_V4`].
+pub const DDL_V4: &str = concat!(v1_ddl!(), upgrade!(), upgrade_v3!(), upgrade_v4!());
 
 /// The `localqueue.v1` format, alone.
 pub static FORMAT: Format = Format {
@@ -185,22 +216,40 @@ pub static FORMAT_V3: Format = Format {
     upgrades: &[],
 };
 
-/// Queues whose new files are `localqueue.v3`; v1 and v2 files are used
-/// as they are.
+/// The `localqueue.v4` format, alone.
+pub static FORMAT_V4: Format = Format {
+    marker: "localqueue.v4",
+    ddl: DDL_V4,
+    also: &[],
+    upgrades: &[],
+};
+
+/// Queues whose new files are `localqueue.v4`; v1, v2 and v3 files are
+/// used as they are.
+pub static NEW_V4: Format = Format {
+    marker: "localqueue.v4",
+    ddl: DDL_V4,
+    also: &[&FORMAT, &FORMAT_V2, &FORMAT_V3],
+    upgrades: &[],
+};
+
+/// Queues whose new files are `localqueue.v3` (for a data directory shared
+/// with hosts that know no newer format); v1, v2 and v4 files are used as
+/// they are.
 pub static NEW_V3: Format = Format {
     marker: "localqueue.v3",
     ddl: DDL_V3,
-    also: &[&FORMAT, &FORMAT_V2],
+    also: &[&FORMAT, &FORMAT_V2, &FORMAT_V4],
     upgrades: &[],
 };
 
 /// Queues whose new files are `localqueue.v1` (for a data directory shared
-/// with a program that reads only v1); v2 and v3 files are used as they
+/// with a program that reads only v1); v2, v3 and v4 files are used as they
 /// are.
 pub static NEW_V1: Format = Format {
     marker: "localqueue.v1",
     ddl: DDL,
-    also: &[&FORMAT_V2, &FORMAT_V3],
+    also: &[&FORMAT_V2, &FORMAT_V3, &FORMAT_V4],
     upgrades: &[],
 };
 
@@ -438,6 +487,73 @@ pub const DELETE_RESULT: &str = "DELETE FROM results WHERE id = ?1 RETURNING exp
 pub const SWEEP_RESULTS: &str = "DELETE FROM results WHERE id IN (SELECT id FROM results \
 INDEXED BY idx_results_expiry WHERE expires_at <= ?1 LIMIT ?2)";
 
+/// `localqueue.v4`: puts back up to `?2` claimed messages whose delivery
+/// lapsed by `?1` (a claimed message keeps its ready time negated, `-1 -
+/// ready_at`, which takes it out of `idx_messages_waiting`; putting it back
+/// restores it, so it is claimed again in its old place of the order).
+pub const PUT_BACK: &str = "UPDATE messages SET ready_at = -1 - ready_at WHERE id IN (SELECT id FROM messages \
+INDEXED BY idx_messages_claimed WHERE ready_at < 0 AND visible_at <= ?1 ORDER BY visible_at LIMIT ?2) \
+AND ready_at < 0";
+/// `localqueue.v4`'s plain claim: [`CLAIM_PLAIN_V3`] over
+/// `idx_messages_waiting`, which holds only messages not claimed, so the
+/// walk never passes over messages in flight; a claimed message's ready
+/// time is negated (and returned as it was).
+pub const CLAIM_PLAIN_V4: &str = "UPDATE messages SET visible_at = ?1, attempt = attempt + 1, receipt_handle = ?2, \
+ready_at = -1 - ready_at WHERE id IN (SELECT id FROM messages INDEXED BY idx_messages_waiting \
+WHERE group_key IS NULL AND ready_at >= 0 AND priority >= ?3 AND visible_at <= ?4 \
+ORDER BY priority DESC, ready_at, id LIMIT ?5) AND ready_at >= 0 \
+AND (expires_at IS NULL OR expires_at > ?4) AND (max_attempts IS NULL OR attempt < max_attempts) \
+AND NOT EXISTS (SELECT 1 FROM message_groups WHERE group_key > '') \
+AND NOT EXISTS (SELECT 1 FROM queue_limits WHERE max_in_flight IS NOT NULL OR rate_capacity IS NOT NULL) \
+RETURNING id, payload_type, payload_data, attempt, priority, -1 - ready_at, max_attempts";
+/// `localqueue.v4`: [`DUE`] over `idx_messages_waiting`.
+pub const DUE_V4: &str = "SELECT id, attempt, max_attempts, expires_at FROM messages INDEXED BY idx_messages_waiting \
+WHERE group_key IS NULL AND ready_at >= 0 AND priority >= ?1 AND visible_at <= ?2 \
+ORDER BY priority DESC, ready_at, id LIMIT ?3";
+/// `localqueue.v4`: [`CLAIM_IDS`], the ready times negated (a message
+/// whose time is negated already keeps it).
+pub const CLAIM_IDS_V4: &str = "UPDATE messages SET visible_at = ?1, attempt = attempt + 1, receipt_handle = ?2, \
+ready_at = min(ready_at, -1 - ready_at) WHERE id IN (SELECT value FROM json_each(?3)) \
+RETURNING id, payload_type, payload_data, attempt, priority, group_key, max_attempts";
+/// `localqueue.v4`: [`NACK`], the message put back at once.
+pub const NACK_V4: &str = "UPDATE messages SET visible_at = ?3, ready_at = max(ready_at, -1 - ready_at) \
+WHERE id = ?1 AND receipt_handle = ?2";
+/// `localqueue.v4`: [`IN_FLIGHT`] over `idx_messages_claimed`.
+pub const IN_FLIGHT_V4: &str = "SELECT COUNT(*) FROM (SELECT 1 FROM messages INDEXED BY idx_messages_claimed \
+WHERE ready_at < 0 AND visible_at > ?1 LIMIT ?2)";
+/// `localqueue.v4`: the first deadline of a claimed message, the first
+/// due time of a waiting message of a group, and the priority and due time
+/// of the first waiting message without a group (the highest priority's),
+/// each the first entry of its index.
+pub const NEXT_DUE: &str = "SELECT (SELECT visible_at FROM messages INDEXED BY idx_messages_claimed \
+WHERE ready_at < 0 ORDER BY visible_at LIMIT 1), (SELECT visible_at FROM messages INDEXED BY idx_messages_group_due \
+WHERE group_key IS NOT NULL AND ready_at >= 0 ORDER BY visible_at LIMIT 1), \
+(SELECT priority FROM messages INDEXED BY idx_messages_waiting WHERE group_key IS NULL AND ready_at >= 0 \
+ORDER BY priority DESC, ready_at, id LIMIT 1), \
+(SELECT visible_at FROM messages INDEXED BY idx_messages_waiting WHERE group_key IS NULL AND ready_at >= 0 \
+ORDER BY priority DESC, ready_at, id LIMIT 1)";
+/// `localqueue.v4`: the priority and due time of the first waiting
+/// message without a group below priority `?1`.
+pub const NEXT_DUE_BELOW: &str = "SELECT priority, visible_at FROM messages INDEXED BY idx_messages_waiting \
+WHERE group_key IS NULL AND ready_at >= 0 AND priority < ?1 ORDER BY priority DESC, ready_at, id LIMIT 1";
+/// `localqueue.v4`: the earliest due time of the waiting messages without
+/// a group below priority `?1`, by reading them all (after
+/// [`NEXT_DUE_STEPS`] priorities).
+pub const NEXT_DUE_REST: &str = "SELECT MIN(visible_at) FROM messages INDEXED BY idx_messages_waiting \
+WHERE group_key IS NULL AND ready_at >= 0 AND priority < ?1";
+/// [`STATS_V2`] on a `localqueue.v4` file, which has no index by due
+/// time: the four counts of the messages in one pass over the table.
+pub const STATS_V4: &str = "SELECT COUNT(CASE WHEN visible_at <= ?1 THEN 1 END), \
+MIN(CASE WHEN visible_at <= ?1 THEN enqueued_at END), \
+COUNT(CASE WHEN visible_at > ?1 AND receipt_handle IS NOT NULL THEN 1 END), \
+COUNT(CASE WHEN visible_at > ?1 AND receipt_handle IS NULL THEN 1 END), \
+(SELECT COUNT(*) FROM dead_letters), (SELECT COUNT(*) FROM message_groups WHERE group_key <> ''), \
+(SELECT COUNT(*) FROM (SELECT DISTINCT group_key FROM messages \
+WHERE visible_at > ?1 AND receipt_handle IS NOT NULL AND group_key IS NOT NULL)) FROM messages";
+
+/// How many priorities of waiting messages [`NEXT_DUE_BELOW`] steps
+/// through, one seek each, before [`NEXT_DUE_REST`] reads the rest.
+pub const NEXT_DUE_STEPS: usize = 16;
 /// The most participants of the round one claim looks at (every row of
 /// a group's window beyond the first counting as one more), and the most
 /// messages it moves to the dead letters: what one claim may cost while it
@@ -449,7 +565,7 @@ pub const CLAIM_WORK: usize = 1000;
 pub const SWEEP_BATCH: i64 = 1000;
 
 /// A queue: `<data-dir>/queue/<name>/localqueue.sqlite`, in
-/// `localqueue.v1`, `localqueue.v2` or `localqueue.v3`.
+/// `localqueue.v1`, `localqueue.v2`, `localqueue.v3` or `localqueue.v4`.
 #[derive(Debug, Clone)]
 pub struct QueueStore {
     pub(crate) store: Store,
@@ -502,7 +618,7 @@ async fn settle_on(
             return Ok(Settled::Done);
         }
     } else {
-        let changed = if sql == NACK {
+        let changed = if sql == NACK || sql == NACK_V4 {
             exec(conn, sql, (id, uuid, now)).await?
         } else {
             exec(conn, sql, (id, uuid)).await?
@@ -786,6 +902,54 @@ struct Claim<'a> {
     now: i64,
     floor: i64,
     uuid: &'a str,
+    /// The file is `localqueue.v4` (its own claim statements).
+    v4: bool,
+}
+
+/// When the next message of a `localqueue.v4` file is due (see
+/// [`QueueEngine::next_visible`]), which has no index by due time: the
+/// earliest of the first claimed message's deadline, the first waiting
+/// message of a group's due time ([`NEXT_DUE`]), and the due times of the
+/// first waiting message of each priority without a group — the first of a
+/// priority is due first, as a waiting message that is not due yet has its
+/// due time as its ready time, and one whose ready time is earlier is due.
+/// Priorities are stepped through one seek each ([`NEXT_DUE_BELOW`]) until
+/// a due message is found or [`NEXT_DUE_STEPS`] were seen; the rest are
+/// read in one statement ([`NEXT_DUE_REST`]).
+async fn next_due_on(conn: &Connection, now: i64) -> Result<Option<i64>, Failure> {
+    let earliest = |a: Option<i64>, b: Option<i64>| match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    let mut found = None;
+    let mut first = None;
+    let mut rows = query(conn, NEXT_DUE, ()).await?;
+    while let Some(row) = rows.next().await? {
+        found = earliest(int_or_null(&row, 0)?, int_or_null(&row, 1)?);
+        first = int_or_null(&row, 2)?.zip(int_or_null(&row, 3)?);
+    }
+    drop(rows);
+    let mut steps = 0;
+    while let Some((priority, due)) = first {
+        found = earliest(found, Some(due));
+        if found.is_some_and(|at| at <= now) {
+            return Ok(found);
+        }
+        if steps == NEXT_DUE_STEPS {
+            let mut rows = query(conn, NEXT_DUE_REST, (priority,)).await?;
+            while let Some(row) = rows.next().await? {
+                found = earliest(found, int_or_null(&row, 0)?);
+            }
+            return Ok(found);
+        }
+        steps += 1;
+        first = None;
+        let mut rows = query(conn, NEXT_DUE_BELOW, (priority,)).await?;
+        while let Some(row) = rows.next().await? {
+            first = Some((row.get::<i64>(0)?, row.get::<i64>(1)?));
+        }
+    }
+    Ok(found)
 }
 
 /// A `localqueue.v2`/`v3` claim, inside its transaction: the plain claim
@@ -801,7 +965,16 @@ async fn claim_jobs_on(
     claim: &Claim<'_>,
     max: u32,
 ) -> Result<Vec<Delivery>, Failure> {
-    let sql = if v3 { CLAIM_PLAIN_V3 } else { CLAIM_PLAIN };
+    if claim.v4 {
+        // Lapsed deliveries go back to the waiting messages first, so
+        // they are claimed in their place of the order, as on v2 and v3.
+        exec(conn, PUT_BACK, (claim.now, CLAIM_WORK as i64)).await?;
+    }
+    let sql = match (claim.v4, v3) {
+        (true, _) => CLAIM_PLAIN_V4,
+        (false, true) => CLAIM_PLAIN_V3,
+        (false, false) => CLAIM_PLAIN,
+    };
     let mut rows = query(
         conn,
         sql,
@@ -861,7 +1034,8 @@ async fn claim_v3_on(
     let limits = limits_on(conn, path).await?;
     let mut max = i64::from(max);
     if let Some(cap) = limits.max_in_flight {
-        let mut rows = query(conn, IN_FLIGHT, (now, i64::from(cap))).await?;
+        let sql = if claim.v4 { IN_FLIGHT_V4 } else { IN_FLIGHT };
+        let mut rows = query(conn, sql, (now, i64::from(cap))).await?;
         let mut in_flight = 0;
         while let Some(row) = rows.next().await? {
             in_flight = row.get::<i64>(0)?;
@@ -908,6 +1082,7 @@ async fn claim_v2_on(
         now,
         floor,
         uuid,
+        v4,
     } = *claim;
     let mut out: Vec<Delivery> = Vec::new();
     // Participants (their rows) in the order served; the lane's row too.
@@ -973,7 +1148,8 @@ async fn claim_v2_on(
                     let limit = (left as i64).min(grouped.room(conn, &key, now).await?);
                     let mut due = Vec::new();
                     if limit > 0 {
-                        let mut rows = query(conn, DUE, (floor, now, limit)).await?;
+                        let sql = if v4 { DUE_V4 } else { DUE };
+                        let mut rows = query(conn, sql, (floor, now, limit)).await?;
                         while let Some(row) = rows.next().await? {
                             due.push((
                                 row.get::<i64>(0)?,
@@ -1073,7 +1249,8 @@ async fn claim_v2_on(
                     .collect::<Vec<_>>()
                     .join(",")
             );
-            let mut rows = query(conn, CLAIM_IDS, (visible_until, uuid, ids.as_str())).await?;
+            let sql = if v4 { CLAIM_IDS_V4 } else { CLAIM_IDS };
+            let mut rows = query(conn, sql, (visible_until, uuid, ids.as_str())).await?;
             let mut claimed = std::collections::HashMap::new();
             while let Some(row) = rows.next().await? {
                 let id = row.get::<i64>(0)?;
@@ -1257,9 +1434,9 @@ impl Queues {
     }
 
     /// Queue `name` (a checked name, maybe reserved), opened (and created
-    /// on first use) unless known. An outbox's backing queue is always made
-    /// as `localqueue.v3` (transactional sends need v2 or later), whatever
-    /// the engine makes other new queues as.
+    /// on first use) unless known. An outbox's backing queue is never made
+    /// as `localqueue.v1` (transactional sends need v2 or later): when the
+    /// engine makes other new queues as v1, it is made as v4.
     pub(crate) async fn get(&self, name: &str) -> AlkResult<QueueStore> {
         let known = self
             .known
@@ -1274,11 +1451,12 @@ impl Queues {
             return Ok(q);
         }
         let mut options = self.options;
-        if name
-            .strip_prefix(alk_store::names::RESERVED_PREFIX)
-            .is_some_and(|rest| rest.starts_with("outbox_"))
+        if options.new_queues == NewQueues::V1
+            && name
+                .strip_prefix(alk_store::names::RESERVED_PREFIX)
+                .is_some_and(|rest| rest.starts_with("outbox_"))
         {
-            options.new_queues = NewQueues::V3;
+            options.new_queues = NewQueues::V4;
         }
         let q = QueueStore::open(&self.data_dir, name, options).await?;
         let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
@@ -1301,6 +1479,7 @@ impl QueueStore {
     ) -> AlkResult<Self> {
         let options = options.into();
         let format = match options.new_queues {
+            NewQueues::V4 => &NEW_V4,
             NewQueues::V3 => &NEW_V3,
             NewQueues::V1 => &NEW_V1,
         };
@@ -1312,9 +1491,9 @@ impl QueueStore {
         })
     }
 
-    /// Moves queue `name` under `data_dir` from `localqueue.v1` or
-    /// `localqueue.v2` to `localqueue.v3`, in one transaction (a v1 file
-    /// gets both upgrades in it): ids, attempts, receipts, due times,
+    /// Moves queue `name` under `data_dir` from `localqueue.v1`,
+    /// `localqueue.v2` or `localqueue.v3` to `localqueue.v4`, in one
+    /// transaction (an older file gets every upgrade it lacks in it): ids, attempts, receipts, due times,
     /// groups, dead letters and relay marks are kept. Refused (`busy`)
     /// while any process has the store open; no process can open it while
     /// the migration runs. A file that does not exist is not created.
@@ -1331,11 +1510,15 @@ impl QueueStore {
                 path.display()
             )));
         }
-        let store = Store::unopened(&path, &NEW_V3, options.into());
+        let store = Store::unopened(&path, &NEW_V4, options.into());
         let from = store
             .migrate_exclusive(
-                &[(&FORMAT, UPGRADE_V1_V3), (&FORMAT_V2, UPGRADE_V3)],
-                &FORMAT_V3,
+                &[
+                    (&FORMAT, UPGRADE_V1_V4),
+                    (&FORMAT_V2, UPGRADE_V2_V4),
+                    (&FORMAT_V3, UPGRADE_V4),
+                ],
+                &FORMAT_V4,
             )
             .await?;
         Ok(match from {
@@ -1361,9 +1544,15 @@ impl QueueStore {
         Ok(is_v2(self.store.file_format().await?))
     }
 
-    /// Whether the file is `localqueue.v3`.
+    /// Whether the file has everything of `localqueue.v3`: it is
+    /// `localqueue.v3` or `localqueue.v4`.
     pub async fn is_v3(&self) -> AlkResult<bool> {
         Ok(is_v3(self.store.file_format().await?))
+    }
+
+    /// Whether the file is `localqueue.v4`.
+    pub async fn is_v4(&self) -> AlkResult<bool> {
+        Ok(is_v4(self.store.file_format().await?))
     }
 
     /// Refuses (`invalid-argument`, naming the migration) unless the file
@@ -1400,6 +1589,8 @@ impl QueueStore {
             .run_immediate_in(|conn: Connection, format| {
                 let sql = if sql == ACK && is_v2(format) {
                     ACK_V2
+                } else if sql == NACK && is_v4(format) {
+                    NACK_V4
                 } else {
                     sql
                 };
@@ -1488,9 +1679,15 @@ fn is_v2(format: &Format) -> bool {
     format.marker == FORMAT_V2.marker || is_v3(format)
 }
 
-/// Whether a file opened as `format` is `localqueue.v3`.
+/// Whether a file opened as `format` has everything of `localqueue.v3`
+/// (it is v3 or v4).
 fn is_v3(format: &Format) -> bool {
-    format.marker == FORMAT_V3.marker
+    format.marker == FORMAT_V3.marker || is_v4(format)
+}
+
+/// Whether a file opened as `format` is `localqueue.v4`.
+fn is_v4(format: &Format) -> bool {
+    format.marker == FORMAT_V4.marker
 }
 
 #[async_trait]
@@ -1542,6 +1739,7 @@ impl QueueEngine for QueueStore {
                 .store
                 .run_immediate_in(|conn: Connection, format| {
                     let v3 = is_v3(format);
+                    let v4 = is_v4(format);
                     Box::pin(async move {
                         let uuid = uuid::Uuid::new_v4().hyphenated().to_string();
                         let claim = Claim {
@@ -1549,6 +1747,7 @@ impl QueueEngine for QueueStore {
                             now,
                             floor,
                             uuid: &uuid,
+                            v4,
                         };
                         claim_jobs_on(&conn, path, v3, &claim, max).await
                     })
@@ -1696,10 +1895,14 @@ impl QueueEngine for QueueStore {
         self.settle(NACK, receipt, now).await
     }
 
-    async fn next_visible(&self) -> AlkResult<Option<i64>> {
+    async fn next_visible(&self, now: i64) -> AlkResult<Option<i64>> {
         self.store
-            .run(|conn: Connection| {
+            .run_in(|conn: Connection, format| {
+                let v4 = is_v4(format);
                 Box::pin(async move {
+                    if v4 {
+                        return next_due_on(&conn, now).await;
+                    }
                     let mut rows = query(&conn, NEXT_VISIBLE, ()).await?;
                     let mut at = None;
                     while let Some(row) = rows.next().await? {
@@ -1970,8 +2173,14 @@ impl QueueEngine for QueueStore {
         self.store
             .run_in(|conn: Connection, format| {
                 let v2 = is_v2(format);
+                let v4 = is_v4(format);
                 Box::pin(async move {
-                    let mut rows = query(&conn, if v2 { STATS_V2 } else { STATS }, (now,)).await?;
+                    let sql = match (v4, v2) {
+                        (true, _) => STATS_V4,
+                        (false, true) => STATS_V2,
+                        (false, false) => STATS,
+                    };
+                    let mut rows = query(&conn, sql, (now,)).await?;
                     let mut found = None;
                     while let Some(row) = rows.next().await? {
                         let n = |i: usize| -> Result<u64, Failure> {
@@ -2243,7 +2452,7 @@ mod tests {
                 .await;
             }
             // Nothing was claimed: the message is still due.
-            assert_eq!(q.next_visible().await.unwrap(), Some(0));
+            assert_eq!(q.next_visible(0).await.unwrap(), Some(0));
         }
     }
 
@@ -2279,6 +2488,18 @@ mod tests {
         QueueStore::open(dir, "q", RetryPolicy::default())
             .await
             .unwrap()
+    }
+
+    /// A `localqueue.v3` queue, as a host started with `--new-queues v3`
+    /// makes it.
+    async fn queue_v3(dir: &Path) -> QueueStore {
+        let v3 = StoreOptions {
+            new_queues: NewQueues::V3,
+            ..StoreOptions::default()
+        };
+        let q = QueueStore::open(dir, "q3", v3).await.unwrap();
+        assert!(q.is_v3().await.unwrap() && !q.is_v4().await.unwrap());
+        q
     }
 
     #[tokio::test]
@@ -2334,18 +2555,28 @@ mod tests {
         old.claim(1, 1_000, None, 0).await.unwrap();
         let (got, on_v1) = statements_of(old.claim(1, 1_000, None, 0)).await;
         assert_eq!(got.unwrap().len(), 1);
+        // On v3, exactly v1's.
+        let v3 = queue_v3(dir.path()).await;
+        v3.send(&msgs, &Stamp::plain(0), 0).await.unwrap();
+        v3.claim(1, 1_000, None, 0).await.unwrap();
+        for max in [1, 8] {
+            let (got, n) = statements_of(v3.claim(max, 1_000, None, 0)).await;
+            assert_eq!(got.unwrap().len(), max as usize);
+            assert_eq!(n, on_v1, "a plain claim of {max} on v3");
+        }
+        // On v4, v1's and the put-back of lapsed deliveries.
         let q = queue(dir.path()).await;
-        assert!(q.is_v3().await.unwrap());
+        assert!(q.is_v4().await.unwrap());
         q.send(&msgs, &Stamp::plain(0), 0).await.unwrap();
         // Warm: the format is read once per open store.
         q.claim(1, 1_000, None, 0).await.unwrap();
         let (got, n) = statements_of(q.claim(1, 1_000, None, 0)).await;
         assert_eq!(got.unwrap().len(), 1);
-        assert_eq!(n, on_v1, "a plain claim of one");
+        assert_eq!(n, on_v1 + 1, "a plain claim of one");
         let (got, n) = statements_of(q.claim(8, 1_000, None, 0)).await;
         let got = got.unwrap();
         assert_eq!(got.len(), 8);
-        assert_eq!(n, on_v1, "a plain claim of eight");
+        assert_eq!(n, on_v1 + 1, "a plain claim of eight");
         // In claim order, one UUID for the claim.
         let ids: Vec<u64> = got.iter().map(|d| d.id).collect();
         assert_eq!(ids, (3..=10).collect::<Vec<u64>>());
@@ -2550,8 +2781,7 @@ mod tests {
     #[tokio::test]
     async fn every_v2_claim_statement_is_index_driven_and_sorts_nothing() {
         let dir = tempfile::tempdir().unwrap();
-        let q = queue(dir.path()).await;
-        assert!(q.is_v3().await.unwrap());
+        let q = queue_v3(dir.path()).await;
         let i = |n: i64| Value::Integer(n);
         let t = |s: &str| Value::Text(s.into());
         for (sql, params, index) in [
@@ -2602,7 +2832,7 @@ mod tests {
     #[tokio::test]
     async fn the_statistics_read_ranges_of_the_visibility_index() {
         let dir = tempfile::tempdir().unwrap();
-        let q = queue(dir.path()).await;
+        let q = queue_v3(dir.path()).await;
         let v1 = StoreOptions {
             new_queues: NewQueues::V1,
             ..StoreOptions::default()
@@ -2642,7 +2872,7 @@ mod tests {
             q.claim(1, 100, Some(1), 0).await,
             Err(AlkError::InvalidArgument(_))
         ));
-        assert_eq!(q.next_visible().await.unwrap(), None);
+        assert_eq!(q.next_visible(0).await.unwrap(), None);
         // A host that makes v2 files still uses this one as v1.
         let again = QueueStore::open(dir.path(), "old", StoreOptions::default())
             .await
@@ -2827,8 +3057,7 @@ mod tests {
     #[tokio::test]
     async fn every_v3_statement_is_index_driven_and_sorts_nothing() {
         let dir = tempfile::tempdir().unwrap();
-        let q = queue(dir.path()).await;
-        assert!(q.is_v3().await.unwrap());
+        let q = queue_v3(dir.path()).await;
         let i = |n: i64| Value::Integer(n);
         let t = |s: &str| Value::Text(s.into());
         for (sql, params, index) in [
@@ -3239,5 +3468,293 @@ mod tests {
                 .await
                 .is_empty()
         );
+    }
+
+    const DOC_V4: &str = include_str!("../../../docs/formats/localqueue.v4.md");
+
+    #[test]
+    fn the_v4_document_pins_the_ddl_and_every_statement() {
+        crate::assert_document_pins(
+            "localqueue.v4.md",
+            DOC_V4,
+            &[
+                ("DDL_V4", DDL_V4),
+                ("UPGRADE_V4", UPGRADE_V4),
+                ("PUT_BACK", PUT_BACK),
+                ("CLAIM_PLAIN_V4", CLAIM_PLAIN_V4),
+                ("DUE_V4", DUE_V4),
+                ("CLAIM_IDS_V4", CLAIM_IDS_V4),
+                ("IN_FLIGHT_V4", IN_FLIGHT_V4),
+                ("NACK_V4", NACK_V4),
+                ("NEXT_DUE", NEXT_DUE),
+                ("NEXT_DUE_BELOW", NEXT_DUE_BELOW),
+                ("NEXT_DUE_REST", NEXT_DUE_REST),
+                ("STATS_V4", STATS_V4),
+            ],
+        );
+        // A new v4 file is the v3 DDL followed by the v4 upgrade; older
+        // files get the upgrades they lack, in order.
+        assert_eq!(DDL_V4, format!("{DDL_V3}{UPGRADE_V4}"));
+        assert_eq!(UPGRADE_V2_V4, format!("{UPGRADE_V3}{UPGRADE_V4}"));
+        assert_eq!(UPGRADE_V1_V4, format!("{UPGRADE}{UPGRADE_V3}{UPGRADE_V4}"));
+        // The bounds the document names.
+        assert!(DOC_V4.contains("up to 1,000") && CLAIM_WORK == 1000);
+        assert!(DOC_V4.contains("or 16\npriorities were seen") && NEXT_DUE_STEPS == 16);
+    }
+
+    #[tokio::test]
+    async fn every_v4_statement_is_index_driven_and_sorts_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let q = queue(dir.path()).await;
+        assert!(q.is_v4().await.unwrap());
+        let i = |n: i64| Value::Integer(n);
+        let t = |s: &str| Value::Text(s.into());
+        for (sql, params, index) in [
+            (PUT_BACK, vec![i(0), i(10)], "idx_messages_claimed"),
+            (
+                CLAIM_PLAIN_V4,
+                vec![i(1), t("u"), i(0), i(0), i(10)],
+                "idx_messages_waiting",
+            ),
+            (DUE_V4, vec![i(0), i(0), i(10)], "idx_messages_waiting"),
+            (
+                CLAIM_IDS_V4,
+                vec![i(1), t("u"), t("[1]")],
+                "INTEGER PRIMARY KEY",
+            ),
+            (IN_FLIGHT_V4, vec![i(0), i(10)], "idx_messages_claimed"),
+            (NACK_V4, vec![i(1), t("u"), i(0)], "INTEGER PRIMARY KEY"),
+            (NEXT_DUE, vec![], "idx_messages_group_due"),
+            (NEXT_DUE, vec![], "idx_messages_claimed"),
+            (NEXT_DUE, vec![], "idx_messages_waiting"),
+            (NEXT_DUE_BELOW, vec![i(0)], "idx_messages_waiting"),
+            (NEXT_DUE_REST, vec![i(0)], "idx_messages_waiting"),
+        ] {
+            let plan = plan_of(&q, sql, params).await;
+            assert!(plan.contains(index), "{sql}: {plan}");
+            assert!(
+                !plan.contains("SORTER") && !plan.contains("TEMP B-TREE"),
+                "{sql}: {plan}"
+            );
+            assert!(
+                !plan.contains("SCAN messages |") && !plan.ends_with("SCAN messages"),
+                "{sql}: {plan}"
+            );
+        }
+    }
+
+    /// `ready_at` of every message, by id (negative: claimed).
+    async fn ready_times(q: &QueueStore) -> Vec<String> {
+        crate::stream::tests::sql_rows(&q.store, "SELECT id, ready_at FROM messages ORDER BY id")
+            .await
+    }
+
+    #[tokio::test]
+    async fn a_v4_claim_takes_a_message_out_of_the_waiting_order_and_puts_it_back_in_its_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let q = queue(dir.path()).await;
+        q.send(&[text("a"), text("b"), text("c")], &Stamp::plain(10), 10)
+            .await
+            .unwrap();
+        // "a" claimed until 100: its ready time is negated, -1 - 10.
+        let a = q.claim(1, 100, None, 20).await.unwrap().remove(0);
+        assert_eq!(a.id, 1);
+        assert_eq!(
+            ready_times(&q).await,
+            [
+                "Integer(1) | Integer(-11)",
+                "Integer(2) | Integer(10)",
+                "Integer(3) | Integer(10)"
+            ]
+        );
+        let b = q.claim(1, 1_000, None, 50).await.unwrap().remove(0);
+        assert_eq!(b.id, 2);
+        // "a" lapsed at 100: the next claim puts it back, and takes it
+        // before "c", in its old place; its old receipt is stale after.
+        let stats = q.stats(150).await.unwrap();
+        assert_eq!((stats.waiting, stats.in_flight), (2, 1));
+        let got = q.claim(2, 1_000, None, 150).await.unwrap();
+        assert_eq!(
+            got.iter().map(|d| (d.id, d.attempt)).collect::<Vec<_>>(),
+            [(1, 2), (3, 1)]
+        );
+        assert_eq!(q.ack(&r(&a.receipt)).await.unwrap(), Settled::Stale);
+        // A nack puts "b" back at once, in its place before "a" and "c"
+        // (claimed again, so not waiting).
+        assert_eq!(q.nack(&r(&b.receipt), 160).await.unwrap(), Settled::Done);
+        assert_eq!(
+            ready_times(&q).await,
+            [
+                "Integer(1) | Integer(-11)",
+                "Integer(2) | Integer(10)",
+                "Integer(3) | Integer(-11)"
+            ]
+        );
+        assert_eq!(q.next_visible(160).await.unwrap(), Some(160));
+        let again = q.claim(5, 1_000, None, 170).await.unwrap();
+        assert_eq!(again.iter().map(|d| d.id).collect::<Vec<_>>(), [2]);
+        // A retry gives the message its new due time as its ready time.
+        q.retry(&r(&again[0].receipt), "later", RetryDelay::Fixed(320), 180)
+            .await
+            .unwrap();
+        assert!(
+            ready_times(&q)
+                .await
+                .contains(&"Integer(2) | Integer(500)".to_string())
+        );
+        // With a cap, the messages in flight are the claimed ones not lapsed.
+        q.set_limits(&limited(|l| l.max_in_flight = Some(3)))
+            .await
+            .unwrap();
+        q.send(&[text("d"), text("e")], &Stamp::plain(190), 190)
+            .await
+            .unwrap();
+        let capped = q.claim(5, 1_000, None, 200).await.unwrap();
+        assert_eq!(capped.iter().map(|d| d.id).collect::<Vec<_>>(), [4]);
+    }
+
+    /// The earliest due time of any message, read from every row.
+    async fn earliest_due(q: &QueueStore) -> Option<i64> {
+        let rows =
+            crate::stream::tests::sql_rows(&q.store, "SELECT MIN(visible_at) FROM messages").await;
+        rows[0]
+            .strip_prefix("Integer(")
+            .and_then(|n| n.strip_suffix(')'))
+            .map(|n| n.parse().unwrap())
+    }
+
+    #[tokio::test]
+    async fn the_v4_next_due_time_is_the_earliest_of_every_index_and_every_priority() {
+        let dir = tempfile::tempdir().unwrap();
+        let q = queue(dir.path()).await;
+        assert_eq!(q.next_visible(0).await.unwrap(), None);
+        let at = |priority: i32, due_at: i64, group: Option<&str>| {
+            let mut stamp = Stamp::plain(0);
+            stamp.priority = priority;
+            stamp.due_at = due_at;
+            stamp.group = group.map(str::to_string);
+            stamp
+        };
+        // Delayed messages at 40 priorities, the earliest at the lowest
+        // priority, so every step and the read of the rest are needed.
+        for p in 0..40 {
+            q.send(&[text("x")], &at(p, 9_610 + i64::from(p) * 10, None), 0)
+                .await
+                .unwrap();
+        }
+        // Later at the same priorities: never the first of theirs.
+        q.send(&[text("y")], &at(39, 20_000, None), 0)
+            .await
+            .unwrap();
+        assert_eq!(q.next_visible(0).await.unwrap(), Some(9_610));
+        assert_eq!(earliest_due(&q).await, Some(9_610));
+        // A group's delayed message, earlier still.
+        q.send(&[text("g")], &at(0, 9_000, Some("g")), 0)
+            .await
+            .unwrap();
+        assert_eq!(q.next_visible(0).await.unwrap(), Some(9_000));
+        // A claimed message's deadline, earlier still.
+        q.send(&[text("now")], &at(5, 0, None), 0).await.unwrap();
+        let d = q.claim(1, 500, None, 0).await.unwrap().remove(0);
+        assert_eq!(q.next_visible(0).await.unwrap(), Some(500));
+        assert_eq!(earliest_due(&q).await, Some(500));
+        // Nothing due at 400; due by 600 (the lapsed delivery).
+        assert!(q.next_visible(400).await.unwrap().unwrap() > 400);
+        assert!(q.next_visible(600).await.unwrap().unwrap() <= 600);
+        // Acked: the group's message is the earliest again; then due.
+        q.ack(&r(&d.receipt)).await.unwrap();
+        assert_eq!(q.next_visible(600).await.unwrap(), Some(9_000));
+        assert!(q.next_visible(9_700).await.unwrap().unwrap() <= 9_700);
+    }
+
+    /// A `localqueue.v3` file as hosts before v4 made it.
+    async fn v3_file(dir: &Path, name: &str) -> QueueStore {
+        let store = open_store(&queue_path(dir, name), &FORMAT_V3, StoreOptions::default())
+            .await
+            .unwrap();
+        store.close_for_test();
+        let q = QueueStore::open(dir, name, StoreOptions::default())
+            .await
+            .unwrap();
+        assert!(q.is_v3().await.unwrap() && !q.is_v4().await.unwrap());
+        q
+    }
+
+    #[tokio::test]
+    async fn a_migrated_v3_store_reads_and_claims_as_it_did() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut stamps = Vec::new();
+        for (priority, due_at, group) in [
+            (0, 10, None),
+            (0, 10, None),
+            (3, 10, None),
+            (0, 5_000, None),
+            (0, 10, Some("g")),
+            (0, 10, Some("g")),
+            (1, 10, None),
+        ] {
+            let mut stamp = Stamp::plain(10);
+            stamp.priority = priority;
+            stamp.due_at = due_at;
+            stamp.group = group.map(str::to_string);
+            stamps.push(stamp);
+        }
+        let (live, views, stats) = {
+            let q = v3_file(dir.path(), "q").await;
+            for stamp in &stamps {
+                q.send(&[text("m")], stamp, 10).await.unwrap();
+            }
+            // Priority 3 (id 3) in flight until 10,000; priority 1 (id 7)
+            // lapsed at 100; the group's head (id 5) in flight; id 1
+            // delivered and given back.
+            let got = q.claim(1, 10_000, Some(3), 20).await.unwrap();
+            assert_eq!(got[0].id, 3);
+            let lapsing = q.claim(1, 100, Some(1), 20).await.unwrap();
+            assert_eq!(lapsing[0].id, 7);
+            let mut rest = q.claim(2, 10_000, None, 20).await.unwrap();
+            rest.sort_by_key(|d| d.id);
+            let ids: Vec<u64> = rest.iter().map(|d| d.id).collect();
+            assert_eq!(ids, [1, 5]);
+            q.nack(&r(&rest[0].receipt), 30).await.unwrap();
+            let mut views = Vec::new();
+            for id in 1..=7 {
+                views.push(q.job(id, 200).await.unwrap());
+            }
+            let stats = q.stats(200).await.unwrap();
+            q.store.close_for_test();
+            (got[0].receipt.clone(), views, stats)
+        };
+        assert_eq!(
+            QueueStore::migrate(dir.path(), "q", StoreOptions::default())
+                .await
+                .unwrap(),
+            Migrated::Upgraded {
+                from: "localqueue.v3"
+            }
+        );
+        let q = queue(dir.path()).await;
+        assert!(q.is_v4().await.unwrap());
+        // Every message reads as it did, and the counts are the same.
+        for id in 1..=7 {
+            assert_eq!(
+                q.job(id, 200).await.unwrap(),
+                views[id as usize - 1],
+                "{id}"
+            );
+        }
+        assert_eq!(q.stats(200).await.unwrap(), stats);
+        assert!(q.next_visible(200).await.unwrap().unwrap() <= 200);
+        // The order holds: the lapsed priority 1 first, then the one given
+        // back, then the next waiting one; the group stays parked; the
+        // delayed one waits.
+        let got = q.claim(10, 10_000, None, 200).await.unwrap();
+        assert_eq!(
+            got.iter().map(|d| (d.id, d.attempt)).collect::<Vec<_>>(),
+            [(7, 2), (1, 2), (2, 1)]
+        );
+        assert_eq!(q.ack(&r(&live)).await.unwrap(), Settled::Done);
+        // The group's second message is due (behind its head), as v3 said.
+        assert_eq!(q.next_visible(200).await.unwrap(), Some(10));
+        assert_eq!(earliest_due(&q).await, Some(10));
     }
 }

@@ -215,8 +215,10 @@ pub trait QueueEngine: Send + Sync {
     /// attempt count and its place.
     async fn nack(&self, receipt: &Receipt, now: i64) -> AlkResult<Settled>;
 
-    /// When the next message is due, if there is any message.
-    async fn next_visible(&self) -> AlkResult<Option<i64>>;
+    /// When the next message is due, if there is any message. When one is
+    /// due at `now`, any time at or before `now` may be told: an engine may
+    /// stop looking at the first due message it finds.
+    async fn next_visible(&self, now: i64) -> AlkResult<Option<i64>>;
 
     /// Deletes every message (not the dead letters).
     async fn purge(&self) -> AlkResult<()>;
@@ -512,7 +514,7 @@ impl Queue {
             .wait_for(&self.topic, Some(deadline), || {
                 Box::pin(async move {
                     let now = clock.now_ms();
-                    match self.engine.next_visible().await? {
+                    match self.engine.next_visible(now).await? {
                         Some(at) if at <= now => {}
                         Some(at) => return Ok(Check::NotYet(Some(instant_at(at, now)))),
                         None => return Ok(Check::NotYet(None)),
@@ -544,7 +546,7 @@ impl Queue {
             // A signal wakes one waiting process: if more is due, the next
             // one is woken from here (see `wake`).
             let now = clock.now_ms();
-            if matches!(self.engine.next_visible().await, Ok(Some(at)) if at <= now) {
+            if matches!(self.engine.next_visible(now).await, Ok(Some(at)) if at <= now) {
                 self.wakes.pass_on(&self.topic);
             }
         }
@@ -559,7 +561,7 @@ impl Queue {
             .wait_for(&self.topic, deadline, || {
                 Box::pin(async move {
                     let now = clock.now_ms();
-                    Ok(match self.engine.next_visible().await? {
+                    Ok(match self.engine.next_visible(now).await? {
                         Some(at) if at <= now => Check::Ready(()),
                         Some(at) => Check::NotYet(Some(instant_at(at, now))),
                         None => Check::NotYet(None),

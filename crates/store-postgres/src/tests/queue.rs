@@ -391,8 +391,8 @@ async fn the_queue_answers_as_the_memory_engine_does_over_random_operations() {
                 }
                 97 => {
                     assert_eq!(
-                        em.next_visible().await.unwrap(),
-                        ep.next_visible().await.unwrap(),
+                        em.next_visible(0).await.unwrap(),
+                        ep.next_visible(0).await.unwrap(),
                         "{ctx}"
                     );
                 }

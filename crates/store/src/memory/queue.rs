@@ -520,7 +520,7 @@ impl QueueEngine for MemQueue {
         Ok(lock(&self.0).settle(receipt, Some(now)))
     }
 
-    async fn next_visible(&self) -> AlkResult<Option<i64>> {
+    async fn next_visible(&self, _now: i64) -> AlkResult<Option<i64>> {
         Ok(lock(&self.0).msgs.values().map(|m| m.visible_at).min())
     }
 

@@ -497,7 +497,9 @@ AND ready_at < 0";
 /// `localqueue.v4`'s plain claim: [`CLAIM_PLAIN_V3`] over
 /// `idx_messages_waiting`, which holds only messages not claimed, so the
 /// walk never passes over messages in flight; a claimed message's ready
-/// time is negated (and returned as it was).
+/// time is negated (and returned as it was). It claims nothing while a
+/// delivery made before it has lapsed (one seek of `idx_messages_claimed`),
+/// so the claim puts those back ([`PUT_BACK`]) only when there are any.
 pub const CLAIM_PLAIN_V4: &str = "UPDATE messages SET visible_at = ?1, attempt = attempt + 1, receipt_handle = ?2, \
 ready_at = -1 - ready_at WHERE id IN (SELECT id FROM messages INDEXED BY idx_messages_waiting \
 WHERE group_key IS NULL AND ready_at >= 0 AND priority >= ?3 AND visible_at <= ?4 \
@@ -505,6 +507,8 @@ ORDER BY priority DESC, ready_at, id LIMIT ?5) AND ready_at >= 0 \
 AND (expires_at IS NULL OR expires_at > ?4) AND (max_attempts IS NULL OR attempt < max_attempts) \
 AND NOT EXISTS (SELECT 1 FROM message_groups WHERE group_key > '') \
 AND NOT EXISTS (SELECT 1 FROM queue_limits WHERE max_in_flight IS NOT NULL OR rate_capacity IS NOT NULL) \
+AND NOT EXISTS (SELECT 1 FROM messages INDEXED BY idx_messages_claimed WHERE ready_at < 0 AND visible_at <= ?4 \
+AND receipt_handle IS NOT ?2) \
 RETURNING id, payload_type, payload_data, attempt, priority, -1 - ready_at, max_attempts";
 /// `localqueue.v4`: [`DUE`] over `idx_messages_waiting`.
 pub const DUE_V4: &str = "SELECT id, attempt, max_attempts, expires_at FROM messages INDEXED BY idx_messages_waiting \
@@ -952,8 +956,8 @@ async fn next_due_on(conn: &Connection, now: i64) -> Result<Option<i64>, Failure
     Ok(found)
 }
 
-/// A `localqueue.v2`/`v3` claim, inside its transaction: the plain claim
-/// first ([`CLAIM_PLAIN`], one statement), and the walk of the round
+/// A `localqueue.v2`/`v3`/`v4` claim, inside its transaction: the plain
+/// claim first ([`CLAIM_PLAIN`], one statement), and the walk of the round
 /// ([`claim_v3_on`], [`claim_v2_on`]) only for what it could not take: a
 /// queue with groups or limits, a candidate to move to the dead letters, or
 /// fewer due messages than asked for. Both take candidates in the same
@@ -965,11 +969,6 @@ async fn claim_jobs_on(
     claim: &Claim<'_>,
     max: u32,
 ) -> Result<Vec<Delivery>, Failure> {
-    if claim.v4 {
-        // Lapsed deliveries go back to the waiting messages first, so
-        // they are claimed in their place of the order, as on v2 and v3.
-        exec(conn, PUT_BACK, (claim.now, CLAIM_WORK as i64)).await?;
-    }
     let sql = match (claim.v4, v3) {
         (true, _) => CLAIM_PLAIN_V4,
         (false, true) => CLAIM_PLAIN_V3,
@@ -1010,6 +1009,13 @@ async fn claim_jobs_on(
     out.sort_by_key(|(order, _)| *order);
     let mut out: Vec<Delivery> = out.into_iter().map(|(_, d)| d).collect();
     if out.len() < max as usize {
+        if claim.v4 && out.is_empty() {
+            // The plain claim takes nothing while a delivery has lapsed:
+            // those go back to the waiting messages first, so the walk
+            // claims them in their place of the order, as on v2 and v3.
+            // (When it took some, none had lapsed.)
+            exec(conn, PUT_BACK, (claim.now, CLAIM_WORK as i64)).await?;
+        }
         let left = max - out.len() as u32;
         out.extend(if v3 {
             claim_v3_on(conn, path, claim, left).await?
@@ -2564,7 +2570,8 @@ mod tests {
             assert_eq!(got.unwrap().len(), max as usize);
             assert_eq!(n, on_v1, "a plain claim of {max} on v3");
         }
-        // On v4, v1's and the put-back of lapsed deliveries.
+        // On v4, exactly v1's too: lapsed deliveries are looked for inside
+        // the claim statement.
         let q = queue(dir.path()).await;
         assert!(q.is_v4().await.unwrap());
         q.send(&msgs, &Stamp::plain(0), 0).await.unwrap();
@@ -2572,11 +2579,11 @@ mod tests {
         q.claim(1, 1_000, None, 0).await.unwrap();
         let (got, n) = statements_of(q.claim(1, 1_000, None, 0)).await;
         assert_eq!(got.unwrap().len(), 1);
-        assert_eq!(n, on_v1 + 1, "a plain claim of one");
+        assert_eq!(n, on_v1, "a plain claim of one");
         let (got, n) = statements_of(q.claim(8, 1_000, None, 0)).await;
         let got = got.unwrap();
         assert_eq!(got.len(), 8);
-        assert_eq!(n, on_v1 + 1, "a plain claim of eight");
+        assert_eq!(n, on_v1, "a plain claim of eight");
         // In claim order, one UUID for the claim.
         let ids: Vec<u64> = got.iter().map(|d| d.id).collect();
         assert_eq!(ids, (3..=10).collect::<Vec<u64>>());
@@ -3611,6 +3618,34 @@ mod tests {
             .unwrap();
         let capped = q.claim(5, 1_000, None, 200).await.unwrap();
         assert_eq!(capped.iter().map(|d| d.id).collect::<Vec<_>>(), [4]);
+    }
+
+    #[tokio::test]
+    async fn a_v4_claim_is_not_stopped_by_its_own_lapsed_deliveries_and_the_next_puts_them_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let q = queue(dir.path()).await;
+        let msgs: Vec<Payload> = (0..4).map(|i| text(&format!("m{i}"))).collect();
+        q.send(&msgs, &Stamp::plain(0), 0).await.unwrap();
+        let ids = |got: &[Delivery]| got.iter().map(|d| (d.id, d.attempt)).collect::<Vec<_>>();
+        // Claimed until 5 at 5: each delivery has lapsed as soon as it is
+        // made, and the claim still takes all three it asked for.
+        let got = q.claim(3, 5, None, 5).await.unwrap();
+        assert_eq!(ids(&got), [(1, 1), (2, 1), (3, 1)]);
+        // The next claim puts them back and takes them again in their
+        // place, before the one never claimed; it costs more statements
+        // than a plain claim, as it must.
+        let (again, n) = statements_of(q.claim(4, 1_000, None, 5)).await;
+        assert_eq!(ids(&again.unwrap()), [(1, 2), (2, 2), (3, 2), (4, 1)]);
+        q.send(&[text("m4")], &Stamp::plain(5), 5).await.unwrap();
+        let (plain, on_plain) = statements_of(q.claim(1, 1_000, None, 5)).await;
+        assert_eq!(ids(&plain.unwrap()), [(5, 1)]);
+        assert!(
+            n > on_plain,
+            "{n} statements with lapsed deliveries, {on_plain} without"
+        );
+        for d in &got {
+            assert_eq!(q.ack(&r(&d.receipt)).await.unwrap(), Settled::Stale);
+        }
     }
 
     /// The earliest due time of any message, read from every row.

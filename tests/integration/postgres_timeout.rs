@@ -25,15 +25,22 @@ const CALM: Duration = Duration::from_secs(5);
 /// went through was reported as failed.
 const VISIBILITY_MS: &str = "120000";
 
-/// Runs `sql` on the cluster as its superuser, in a session the
-/// server-wide timeout does not cancel.
-fn superuser(cluster: &alk_pg_cluster::Cluster, sql: &[&str]) {
+/// `psql` as the cluster's superuser, without a statement timeout of its
+/// own and stopping at the first error; stdin closed.
+fn psql(cluster: &alk_pg_cluster::Cluster) -> Command {
     let mut cmd = Command::new(alk_pg_cluster::bin_dir().unwrap().join("psql"));
     cmd.arg(cluster.url())
         .args(["-w", "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1"])
         .env("PGOPTIONS", "-c statement_timeout=0")
         .env("PGCONNECT_TIMEOUT", "10")
         .stdin(Stdio::null());
+    cmd
+}
+
+/// Runs `sql` on the cluster as its superuser, in a session the
+/// server-wide timeout does not cancel.
+fn superuser(cluster: &alk_pg_cluster::Cluster, sql: &[&str]) {
+    let mut cmd = psql(cluster);
     for s in sql {
         cmd.args(["-c", s]);
     }
@@ -52,17 +59,13 @@ const PROBE: &str = "log_min_duration_statement";
 /// before it has.
 fn reset_and_wait_until_every_session_has_it(cluster: &alk_pg_cluster::Cluster) {
     use std::io::Write;
-    let mut psql = Command::new(alk_pg_cluster::bin_dir().unwrap().join("psql"))
-        .arg(cluster.url())
-        .args(["-w", "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1"])
-        .env("PGOPTIONS", "-c statement_timeout=0")
-        .env("PGCONNECT_TIMEOUT", "10")
+    let mut session = psql(cluster)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
         .expect("run psql");
-    let mut input = psql.stdin.take().unwrap();
-    let mut output = BufReader::new(psql.stdout.take().unwrap()).lines();
+    let mut input = session.stdin.take().unwrap();
+    let mut output = BufReader::new(session.stdout.take().unwrap()).lines();
     writeln!(
         input,
         "ALTER SYSTEM RESET statement_timeout; ALTER SYSTEM RESET {PROBE}; SELECT pg_reload_conf();"
@@ -82,7 +85,7 @@ fn reset_and_wait_until_every_session_has_it(cluster: &alk_pg_cluster::Cluster) 
         std::thread::sleep(Duration::from_millis(5));
     }
     drop(input);
-    assert!(psql.wait().unwrap().success());
+    assert!(session.wait().unwrap().success());
 }
 
 /// A spawned host whose output lines are read as they come, each with the

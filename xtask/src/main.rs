@@ -115,11 +115,16 @@ pub(crate) fn target_dir() -> PathBuf {
         .unwrap_or_else(|| root().join("target"))
 }
 
+/// The repository: the one `cargo xtask` runs in (cargo tells the binary
+/// its package's folder when it runs it), else the one it was compiled in.
+/// An `xtask` binary compiled in another checkout — a `target/` moved or
+/// shared between clones, which cargo may not rebuild — still works on the
+/// checkout it is run from.
 pub(crate) fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
+    let manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    manifest_dir.parent().unwrap().to_path_buf()
 }
 
 pub(crate) fn cargo() -> Command {
@@ -870,6 +875,13 @@ fn files_under(dir: &Path) -> Result<std::collections::BTreeMap<String, Vec<u8>>
 #[cfg(test)]
 mod tests {
     use super::server_of;
+
+    #[test]
+    fn the_repository_is_the_checkout_cargo_runs_xtask_in() {
+        let run_in = std::path::PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap());
+        assert_eq!(super::root(), run_in.parent().unwrap());
+        assert!(super::root().join("xtask/Cargo.toml").is_file());
+    }
 
     #[test]
     fn the_server_line_shows_no_password() {

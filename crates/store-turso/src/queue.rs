@@ -1013,7 +1013,7 @@ async fn claim_jobs_on(
             // The plain claim takes nothing while a delivery has lapsed:
             // those go back to the waiting messages first, so the walk
             // claims them in their place of the order, as on v2 and v3.
-            // (When it took some, none had lapsed.)
+            // (When it took some, none but its own had lapsed.)
             exec(conn, PUT_BACK, (claim.now, CLAIM_WORK as i64)).await?;
         }
         let left = max - out.len() as u32;
@@ -3522,6 +3522,12 @@ mod tests {
                 CLAIM_PLAIN_V4,
                 vec![i(1), t("u"), i(0), i(0), i(10)],
                 "idx_messages_waiting",
+            ),
+            // Its guard against lapsed deliveries: one seek.
+            (
+                CLAIM_PLAIN_V4,
+                vec![i(1), t("u"), i(0), i(0), i(10)],
+                "idx_messages_claimed",
             ),
             (DUE_V4, vec![i(0), i(0), i(10)], "idx_messages_waiting"),
             (

@@ -28,6 +28,7 @@ mod postgres_timeout;
 mod powerloss;
 mod queue_limits;
 mod queue_processes;
+mod scheduling;
 mod serve;
 mod soak;
 mod stream_processes;

@@ -32,6 +32,13 @@ pub struct RunCommand {
     #[arg(long, value_name = "SECONDS", allow_negative_numbers = true, value_parser = parse_timeout)]
     timeout: Option<Duration>,
 
+    /// How the kernel schedules the host's threads: `batch` (default), the
+    /// policy for throughput work — a woken process does not preempt one
+    /// that is running, so a process holding a store's write lock keeps its
+    /// CPU until it lets go; `normal`, the kernel's default.
+    #[arg(long, value_enum, value_name = "POLICY", default_value = "batch")]
+    scheduling: Scheduling,
+
     /// Arguments for the guest, after `--`.
     #[arg(last = true, value_name = "ARGS")]
     args: Vec<String>,
@@ -50,6 +57,10 @@ impl RunCommand {
     }
 
     fn run(self) -> wasmtime::Result<ExitCode> {
+        // Before any thread starts: threads inherit their creator's policy.
+        if self.scheduling == Scheduling::Batch {
+            batch_scheduling();
+        }
         let network = self.guest.network()?;
         let opts = RunOptions {
             args: self.args,
@@ -251,5 +262,39 @@ impl MigrateCommand {
                 ExitCode::from(HOST_FAILURE)
             }
         }
+    }
+}
+
+/// `--scheduling` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Scheduling {
+    /// `SCHED_BATCH`: no wakeup preemption.
+    Batch,
+    /// `SCHED_OTHER`, the kernel's default.
+    Normal,
+}
+
+/// Puts the calling thread, and every thread it starts from now on, under
+/// `SCHED_BATCH`. Several host processes share a store through one write
+/// lock: under the normal policy a process woken by a commit (a worker
+/// told of a message) preempts the one that now holds the lock, which then
+/// holds it while not running. The policy needs no privilege. Setting it
+/// also sets the nice value, so it is set only at nice 0 (kept at 0): a
+/// process started with another nice value keeps the normal policy, as the
+/// operator left it. A refusal (a restricted container) changes nothing.
+fn batch_scheduling() {
+    use thread_priority::{
+        NormalThreadSchedulePolicy, ThreadPriority, ThreadPriorityOsValue, ThreadSchedulePolicy,
+        set_thread_priority_and_policy, thread_native_id,
+    };
+    if rustix::process::getpriority_process(None).ok() != Some(0) {
+        return;
+    }
+    if let Err(e) = set_thread_priority_and_policy(
+        thread_native_id(),
+        ThreadPriority::Os(ThreadPriorityOsValue::default()),
+        ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Batch),
+    ) {
+        tracing::debug!(target: "alk", "the batch scheduling policy was refused, threads stay under the normal one: {e}");
     }
 }

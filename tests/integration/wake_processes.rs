@@ -136,12 +136,88 @@ fn a_waiting_lock_is_granted_when_the_holder_releases(store: &Store) {
     waiter.finish();
 }
 
+/// The pids listed in the listening files (the file engine's), each once
+/// per entry.
+fn listening(dir: &std::path::Path) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir(dir.join("wake/listening"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let bytes = std::fs::read(entry.path()).unwrap();
+        pids.extend(
+            bytes
+                .chunks_exact(8)
+                .map(|c| u32::from_le_bytes(c[..4].try_into().unwrap()))
+                .filter(|pid| *pid != 0),
+        );
+    }
+    pids
+}
+
 fn a_notification_reaches_a_listener_in_another_process(store: &Store) {
     let mut listener = Proc::spawn(store, "wake-tool", &["listen", "deploys", "60000"]);
     assert_eq!(listener.line(), "waiting");
+    let pid = listener.child.id();
+    if let Store::Dir(d) = store {
+        assert_eq!(listening(d.path()), [pid], "the listener is listed");
+    }
     cli_ok(store, "wake-tool", &["notify", "deploys"]);
     assert_eq!(listener.line(), "woken");
     listener.finish();
+    if let Store::Dir(d) = store {
+        assert!(listening(d.path()).is_empty(), "and leaves the list");
+    }
+}
+
+/// A signal nobody in another process listens to is not written anywhere
+/// another process would see it (the file engine's files); one that
+/// somebody listens to reaches that process's inbox only.
+fn a_signal_reaches_only_the_processes_that_listen(store: &Store) {
+    let Store::Dir(d) = store else {
+        // The database server's engine announces to every process.
+        return;
+    };
+    let wake = d.path().join("wake");
+    // The signal files under wake/, by path below it.
+    let signal_files = || -> Vec<String> {
+        let mut found = Vec::new();
+        let mut dirs = vec![wake.clone()];
+        while let Some(dir) = dirs.pop() {
+            for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if e.file_type().unwrap().is_dir() {
+                    dirs.push(e.path());
+                } else if name.contains('@') {
+                    let path = e.path();
+                    let below = path.strip_prefix(&wake).unwrap();
+                    found.push(below.to_string_lossy().into_owned());
+                }
+            }
+        }
+        found.sort();
+        found
+    };
+    cli_ok(store, "stream-tool", &["publish", "unread", "1", "news"]);
+    cli_ok(store, "wake-tool", &["notify", "deploys"]);
+    assert!(signal_files().is_empty(), "{:?}", signal_files());
+    // A subscriber in another process is woken by the next publish, which
+    // writes to its inbox and nowhere else (the file goes again when the
+    // subscriber stops listening).
+    let mut waiter = Proc::spawn(store, "wake-tool", &["next-wait", "events", "c", "60000"]);
+    assert_eq!(waiter.line(), "waiting");
+    let inbox = format!("inbox/{}/", waiter.child.id());
+    cli_ok(store, "stream-tool", &["publish", "events", "1", "more"]);
+    assert_eq!(waiter.line(), "ev 1 more-0");
+    let files = signal_files();
+    assert!(
+        files
+            .iter()
+            .all(|f| f == &format!("{inbox}stream.events@0")),
+        "{files:?}"
+    );
+    waiter.finish();
 }
 
 fn poll_reports_which_of_several_pollables_a_remote_commit_made_ready(store: &Store) {
@@ -197,6 +273,7 @@ on_every_engine! {
     a_subscription_wakes_on_a_publish_in_another_process;
     a_waiting_lock_is_granted_when_the_holder_releases;
     a_notification_reaches_a_listener_in_another_process;
+    a_signal_reaches_only_the_processes_that_listen;
     poll_reports_which_of_several_pollables_a_remote_commit_made_ready;
     timeouts_are_values_not_errors;
 }

@@ -1,19 +1,21 @@
 //! Wakes between processes of one data directory: files and inotify.
 //!
 //! turso has no `data_version`, commit hook or update hook, so a process
-//! cannot see another process's commits without being told. A signal writes
-//! 8 bytes to `<data-dir>/wake/<topic>@<pid>` (one file per topic and
-//! signalling process). Every process that waits on a data directory
-//! watches `<data-dir>/wake/` with inotify — one inotify instance and one
-//! thread per process, one watch per data directory — and the kernel
-//! reports the file name; the watcher delivers the topic unless the pid is
-//! its own. Files of processes that no longer exist are removed when a
-//! watch starts.
+//! cannot see another process's commits without being told. A signal is a
+//! write of 8 bytes to a file under `<data-dir>/wake/`, and only when some
+//! other process waits or listens for it (below). Every process that waits
+//! on a data directory watches `<data-dir>/wake/` and its own inbox,
+//! `<data-dir>/wake/inbox/<pid>/`, with inotify — one inotify instance and
+//! one thread per process — and the kernel reports the file name
+//! `<topic>@<pid>`; the watcher delivers the topic unless the pid is its
+//! own. Files and inboxes of processes that no longer exist are removed
+//! when a watch starts.
 //!
 //! Bounded whatever names guests invent: a process keeps at most
-//! [`MAX_WAKE_FILES`] wake files open per data directory; signalling one
-//! more topic closes and removes the least recently signalled one (its next
-//! signal creates it again).
+//! [`MAX_WAKE_FILES`] wake files (`<topic>@<pid>`, written for every
+//! process) open per data directory; signalling one more topic closes and
+//! removes the least recently signalled one (its next signal creates it
+//! again). A listener's inbox file goes when it stops listening.
 //!
 //! **Queues wake one process.** A process about to sleep on a queue writes
 //! its pid into a free 4-byte slot of `<data-dir>/wake/waiting/<topic>`
@@ -23,6 +25,21 @@
 //! folder, `<data-dir>/wake/inbox/<pid>/`, which only that process watches;
 //! the waiters take turns. A pid whose process is gone is skipped and its
 //! slot reused. Nothing is written when no other process waits.
+//!
+//! **Other topics wake the processes that listen.** A process that waits on
+//! or listens to a stream, a lock, a channel or the schedules writes an
+//! 8-byte entry — its pid and the topic's 32-bit hash — into a free slot
+//! of one of [`LISTENING_FILES`] files, `<data-dir>/wake/listening/<nn>`
+//! (the topic's hash picks the file; under an `flock`), and clears it when
+//! it stops. A signal reads that file (one `pread`) and writes to the inbox
+//! of each other live process listed with the topic's hash; beyond
+//! [`MAX_INBOXES`] of them it writes the topic's wake file, which every
+//! watching process sees. Nobody listed, nothing is written. Two topics
+//! with one hash only cost a process a wake it did not need. A listening
+//! file holds [`MAX_LISTENING`] entries; a process that finds it full adds
+//! to the count kept after them instead, and while that count is not zero
+//! every signal of the file's topics writes the wake file: wider, never
+//! lost.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -72,6 +89,9 @@ fn transport_of(data_dir: &Path) -> AlkResult<(Wakes, Arc<FileTransport>)> {
                 dir: key.join("wake"),
                 files: Default::default(),
                 registry: Default::default(),
+                listening: Default::default(),
+                editing: Default::default(),
+                counted: Default::default(),
                 turn: AtomicU64::new(0),
             });
             (Wakes::new(transport.clone()), transport)
@@ -94,6 +114,16 @@ struct FileTransport {
     /// The waiting registries read or written, by topic (at most
     /// [`MAX_WAKE_FILES`] open).
     registry: Mutex<HashMap<String, Arc<File>>>,
+    /// The listening files, by number, kept open (at most
+    /// [`LISTENING_FILES`]).
+    listening: Mutex<HashMap<u32, Arc<File>>>,
+    /// Held around each change to a registry or a listening file: its
+    /// `flock` keeps other processes out, not this process's other threads
+    /// (they share the descriptor).
+    editing: Mutex<()>,
+    /// This process's listens that found their listening file full and
+    /// were counted after its entries, by topic.
+    counted: Mutex<HashMap<String, usize>>,
     /// Which waiting process a queue's next signal goes to.
     turn: AtomicU64,
 }
@@ -136,6 +166,106 @@ impl FileTransport {
         Ok(f)
     }
 
+    /// The listening file of `topic`, opened once.
+    fn listening_file(&self, topic: &str) -> std::io::Result<Arc<File>> {
+        let number = topic_hash(topic) % LISTENING_FILES;
+        let mut open = lock(&self.listening);
+        if let Some(f) = open.get(&number) {
+            return Ok(f.clone());
+        }
+        std::fs::create_dir_all(self.dir.join("listening"))?;
+        let f = Arc::new(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .read(true)
+                .write(true)
+                .open(self.dir.join(format!("listening/{number:02x}")))?,
+        );
+        open.insert(number, f.clone());
+        Ok(f)
+    }
+
+    /// The processes other than this one that listen to `topic` (or to a
+    /// topic of the same hash), each once, and whether listeners were
+    /// counted without an entry (then every process may be one).
+    fn listeners(&self, topic: &str) -> (Vec<u32>, bool) {
+        let Ok(f) = self.listening_file(topic) else {
+            return (Vec::new(), true);
+        };
+        let (me, hash) = (std::process::id(), topic_hash(topic));
+        let mut buf = vec![0u8; 8 * (MAX_LISTENING + 1)];
+        let n = f.read_at(&mut buf, 0).unwrap_or(0);
+        let (entries, counted) = listening_contents(&buf[..n]);
+        let mut pids: Vec<u32> = entries
+            .filter(|(pid, h)| *h == hash && *pid != 0 && *pid != me)
+            .map(|(pid, _)| pid)
+            .collect();
+        pids.sort_unstable();
+        pids.dedup();
+        (pids, counted != 0)
+    }
+
+    /// Adds an entry (this process, `topic`'s hash) to the topic's
+    /// listening file, or removes one. Entries are counted, not merged: two
+    /// topics of one hash listened to make two entries. When the file is
+    /// full the listen is counted after the entries instead. The last
+    /// listen of a topic to go removes the topic's file from this process's
+    /// inbox.
+    fn listen(&self, topic: &str, listening: bool) -> std::io::Result<()> {
+        let f = self.listening_file(topic)?;
+        let _editing = lock(&self.editing);
+        flock(&*f, FlockOperation::LockExclusive)?;
+        let result = (|| {
+            let (me, hash) = (std::process::id(), topic_hash(topic));
+            let mut buf = vec![0u8; 8 * (MAX_LISTENING + 1)];
+            let n = f.read_at(&mut buf, 0)?;
+            let (entries, counted) = listening_contents(&buf[..n]);
+            let entries: Vec<(u32, u32)> = entries.collect();
+            let mut mine = lock(&self.counted);
+            if !listening {
+                if let Some(c) = mine.get_mut(topic) {
+                    *c -= 1;
+                    if *c == 0 {
+                        mine.remove(topic);
+                    }
+                    let count = counted.saturating_sub(1).to_le_bytes();
+                    f.write_at(&count, 8 * MAX_LISTENING as u64)?;
+                    return Ok(());
+                }
+                let Some(i) = entries.iter().position(|e| *e == (me, hash)) else {
+                    return Ok(());
+                };
+                f.write_at(&[0u8; 8], 8 * i as u64)?;
+                if entries.iter().filter(|e| **e == (me, hash)).count() == 1 {
+                    let inbox = self.dir.join("inbox").join(me.to_string());
+                    let _ = std::fs::remove_file(inbox.join(format!("{topic}@0")));
+                }
+                return Ok(());
+            }
+            let slot = entries
+                .iter()
+                .position(|(pid, _)| *pid == 0 || (*pid != me && !alive(*pid)))
+                .unwrap_or(entries.len());
+            if slot >= MAX_LISTENING {
+                // Full: counted, so that the topics of this file are
+                // signalled to every process until the count is back to 0.
+                tracing::warn!(target: "alk", "the listening file of {topic} is full ({MAX_LISTENING} listeners): its signals now go to every process");
+                *mine.entry(topic.to_string()).or_default() += 1;
+                let count = counted.saturating_add(1).to_le_bytes();
+                f.write_at(&count, 8 * MAX_LISTENING as u64)?;
+                return Ok(());
+            }
+            let mut entry = [0u8; 8];
+            entry[..4].copy_from_slice(&me.to_le_bytes());
+            entry[4..].copy_from_slice(&hash.to_le_bytes());
+            f.write_at(&entry, 8 * slot as u64)?;
+            Ok(())
+        })();
+        let _ = flock(&*f, FlockOperation::Unlock);
+        result
+    }
+
     /// The processes other than this one that wait on `topic`.
     fn waiters(&self, topic: &str) -> Vec<u32> {
         let Ok(f) = self.registry_of(topic) else {
@@ -155,6 +285,7 @@ impl FileTransport {
     /// (`waiting`), or clears its slot.
     fn register(&self, topic: &str, waiting: bool) -> std::io::Result<()> {
         let f = self.registry_of(topic)?;
+        let _editing = lock(&self.editing);
         flock(&*f, FlockOperation::LockExclusive)?;
         let result = (|| {
             let me = std::process::id();
@@ -213,35 +344,10 @@ impl FileTransport {
     }
 }
 
-/// Most processes a queue's registry holds at once.
-const MAX_WAITING: usize = 1024;
-
-/// Whether process `pid` exists.
-fn alive(pid: u32) -> bool {
-    Path::new("/proc").join(pid.to_string()).exists()
-}
-
-impl WakeFiles {
-    /// Closes and removes the least recently used file once `max` are
-    /// open.
-    fn evict_over(&mut self, max: usize, dir: &Path) {
-        if self.open.len() < max {
-            return;
-        }
-        if let Some(oldest) = self
-            .open
-            .iter()
-            .min_by_key(|(_, (_, used))| *used)
-            .map(|(name, _)| name.clone())
-        {
-            self.open.remove(&oldest);
-            let _ = std::fs::remove_file(dir.join(format!("{oldest}@{}", std::process::id())));
-        }
-    }
-}
-
-impl WakeTransport for FileTransport {
-    fn announce(&self, topic: &str) {
+impl FileTransport {
+    /// Writes `topic`'s wake file: every process watching the data
+    /// directory sees it.
+    fn announce_all(&self, topic: &str) {
         // What is written does not matter (the write is the signal); a
         // counter makes each write a change.
         let seq = SEQ.fetch_add(1, Ordering::Relaxed).to_le_bytes();
@@ -273,6 +379,85 @@ impl WakeTransport for FileTransport {
         files.evict_over(MAX_WAKE_FILES, &self.dir);
         files.open.insert(topic.to_string(), (f, tick));
     }
+}
+
+/// Most processes a queue's registry holds at once.
+const MAX_WAITING: usize = 1024;
+
+/// Files the listeners of the other topics are spread over.
+pub const LISTENING_FILES: u32 = 64;
+
+/// Most listening processes a signal writes to one by one; beyond, it
+/// writes the topic's wake file, seen by every process.
+pub const MAX_INBOXES: usize = 8;
+
+/// Most entries a listening file holds.
+pub const MAX_LISTENING: usize = 1024;
+
+/// The 32-bit FNV-1a hash of a topic's name.
+fn topic_hash(topic: &str) -> u32 {
+    topic.bytes().fold(0x811c_9dc5, |h: u32, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    })
+}
+
+/// The entries (pid, topic hash) of a listening file's contents, and the
+/// count of listeners kept after them (0 when the file is shorter).
+fn listening_contents(buf: &[u8]) -> (impl Iterator<Item = (u32, u32)> + '_, u64) {
+    let entries = &buf[..buf.len().min(8 * MAX_LISTENING)];
+    let counted = buf
+        .get(8 * MAX_LISTENING..8 * MAX_LISTENING + 8)
+        .map_or(0, |c| u64::from_le_bytes(c.try_into().expect("8 bytes")));
+    let entries = entries[..entries.len() - entries.len() % 8]
+        .chunks_exact(8)
+        .map(|c| {
+            (
+                u32::from_le_bytes(c[..4].try_into().expect("4 bytes")),
+                u32::from_le_bytes(c[4..].try_into().expect("4 bytes")),
+            )
+        });
+    (entries, counted)
+}
+
+/// Whether process `pid` exists.
+fn alive(pid: u32) -> bool {
+    Path::new("/proc").join(pid.to_string()).exists()
+}
+
+impl WakeFiles {
+    /// Closes and removes the least recently used file once `max` are
+    /// open.
+    fn evict_over(&mut self, max: usize, dir: &Path) {
+        if self.open.len() < max {
+            return;
+        }
+        if let Some(oldest) = self
+            .open
+            .iter()
+            .min_by_key(|(_, (_, used))| *used)
+            .map(|(name, _)| name.clone())
+        {
+            self.open.remove(&oldest);
+            let _ = std::fs::remove_file(dir.join(format!("{oldest}@{}", std::process::id())));
+        }
+    }
+}
+
+impl WakeTransport for FileTransport {
+    fn announce(&self, topic: &str) {
+        let (listeners, counted) = self.listeners(topic);
+        let listeners: Vec<u32> = listeners.into_iter().filter(|pid| alive(*pid)).collect();
+        if listeners.is_empty() && !counted {
+            return;
+        }
+        if listeners.len() <= MAX_INBOXES && !counted {
+            for pid in listeners {
+                self.wake_process(pid, topic);
+            }
+            return;
+        }
+        self.announce_all(topic);
+    }
 
     fn announce_one(&self, topic: &str) {
         let waiters = self.waiters(topic);
@@ -287,7 +472,12 @@ impl WakeTransport for FileTransport {
     }
 
     fn waiting(&self, topic: &str, waiting: bool) {
-        if let Err(e) = self.register(topic, waiting) {
+        let result = if alk_store::wake::topics::wakes_one(topic) {
+            self.register(topic, waiting)
+        } else {
+            self.listen(topic, waiting)
+        };
+        if let Err(e) = result {
             tracing::warn!(target: "alk", "cannot write the waiting registry of {topic} (this process's waits fall back to re-reading): {e}");
         }
     }
@@ -545,6 +735,225 @@ mod tests {
         assert!(!t.others_waiting("queue.other"));
     }
 
+    fn entries(dir: &Path, topic: &str) -> Vec<(u32, u32)> {
+        let file = format!("wake/listening/{:02x}", topic_hash(topic) % LISTENING_FILES);
+        let buf = std::fs::read(dir.join(file)).unwrap_or_default();
+        listening_contents(&buf).0.collect()
+    }
+
+    fn sleeper() -> std::process::Child {
+        std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_stream_signal_wakes_only_the_processes_that_listen() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, t) = transport_of(dir.path()).unwrap();
+        let me = std::process::id();
+        // Nobody listens: nothing is written, not even the wake file.
+        t.announce("stream.s");
+        assert!(!dir.path().join(format!("wake/stream.s@{me}")).exists());
+        assert!(!dir.path().join("wake/inbox").exists());
+
+        // This process listening is not another process: still nothing.
+        t.waiting("stream.s", true);
+        let hash = topic_hash("stream.s");
+        assert_eq!(entries(dir.path(), "stream.s"), vec![(me, hash)]);
+        t.announce("stream.s");
+        assert!(!dir.path().join("wake/inbox").exists());
+
+        // Another process listens (as its listener leaves it: an entry and
+        // an inbox): the signal goes to its inbox only.
+        let mut other = sleeper();
+        let listening = dir.path().join("wake/listening");
+        let file = listening.join(format!("{:02x}", hash % LISTENING_FILES));
+        let mut bytes = std::fs::read(&file).unwrap();
+        bytes.extend(other.id().to_le_bytes());
+        bytes.extend(hash.to_le_bytes());
+        std::fs::write(&file, &bytes).unwrap();
+        std::fs::create_dir_all(dir.path().join(format!("wake/inbox/{}", other.id()))).unwrap();
+        t.announce("stream.s");
+        assert!(inbox(dir.path(), other.id(), "stream.s").is_some());
+        assert!(!dir.path().join(format!("wake/stream.s@{me}")).exists());
+        // A topic of another hash in the same file reaches nobody.
+        let sibling = (0..)
+            .map(|i| format!("lock.l{i}"))
+            .find(|n| {
+                topic_hash(n) % LISTENING_FILES == hash % LISTENING_FILES && topic_hash(n) != hash
+            })
+            .unwrap();
+        t.announce(&sibling);
+        assert!(inbox(dir.path(), other.id(), &sibling).is_none());
+
+        // Once it is gone, its entry is passed over and its slot reused.
+        other.kill().unwrap();
+        other.wait().unwrap();
+        t.announce("stream.s");
+        t.waiting("stream.s", false);
+        assert_eq!(
+            entries(dir.path(), "stream.s"),
+            vec![(0, 0), (other.id(), hash)]
+        );
+        t.waiting("stream.s", true);
+        t.waiting("stream.s", true);
+        assert_eq!(
+            entries(dir.path(), "stream.s"),
+            vec![(me, hash), (me, hash)]
+        );
+        // Entries are counted: two registrations need two removals; the
+        // topic's file in this process's inbox goes with the last.
+        let mine = dir.path().join(format!("wake/inbox/{me}"));
+        std::fs::create_dir_all(&mine).unwrap();
+        std::fs::write(mine.join("stream.s@0"), [1u8; 8]).unwrap();
+        t.waiting("stream.s", false);
+        assert_eq!(entries(dir.path(), "stream.s"), vec![(0, 0), (me, hash)]);
+        assert!(mine.join("stream.s@0").exists());
+        t.waiting("stream.s", false);
+        assert_eq!(entries(dir.path(), "stream.s"), vec![(0, 0), (0, 0)]);
+        assert!(!mine.join("stream.s@0").exists());
+    }
+
+    #[test]
+    fn many_listening_processes_get_the_wake_file_and_the_files_stay_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, t) = transport_of(dir.path()).unwrap();
+        let hash = topic_hash("notify.c");
+        let mut others: Vec<std::process::Child> = (0..=MAX_INBOXES).map(|_| sleeper()).collect();
+        let bytes: Vec<u8> = others
+            .iter()
+            .flat_map(|c| [c.id().to_le_bytes(), hash.to_le_bytes()].concat())
+            .collect();
+        let listening = dir.path().join("wake/listening");
+        std::fs::create_dir_all(&listening).unwrap();
+        std::fs::write(
+            listening.join(format!("{:02x}", hash % LISTENING_FILES)),
+            bytes,
+        )
+        .unwrap();
+        t.announce("notify.c");
+        assert!(
+            dir.path()
+                .join(format!("wake/notify.c@{}", std::process::id()))
+                .exists()
+        );
+        for c in &mut others {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+        // However many topics are listened to, the files are a fixed set,
+        // and a corrupt one (an odd length, junk) takes registrations.
+        std::fs::write(listening.join("00"), [7u8; 13]).unwrap();
+        for i in 0..2_000 {
+            let topic = format!("notify.n{i}");
+            t.waiting(&topic, true);
+            t.waiting(&topic, false);
+        }
+        assert!(std::fs::read_dir(&listening).unwrap().count() <= LISTENING_FILES as usize);
+        assert!(lock(&t.listening).len() <= LISTENING_FILES as usize);
+    }
+
+    #[test]
+    fn a_full_listening_file_sends_its_signals_to_every_process_until_it_has_room() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, t) = transport_of(dir.path()).unwrap();
+        let me = std::process::id();
+        // Another live process holds every entry of the file, for topics
+        // of another hash.
+        let mut other = sleeper();
+        let hash = topic_hash("stream.s");
+        let number = hash % LISTENING_FILES;
+        let full: Vec<u8> = (0..MAX_LISTENING)
+            .flat_map(|_| [other.id().to_le_bytes(), (!hash).to_le_bytes()].concat())
+            .collect();
+        let listening = dir.path().join("wake/listening");
+        std::fs::create_dir_all(&listening).unwrap();
+        let file = listening.join(format!("{number:02x}"));
+        std::fs::write(&file, &full).unwrap();
+        let wake_file = dir.path().join(format!("wake/stream.s@{me}"));
+        t.announce("stream.s");
+        assert!(!wake_file.exists(), "nobody listens to it yet");
+
+        // This process listens twice: both are counted after the entries,
+        // and the topic's signals (any topic of the file) go to everyone.
+        t.waiting("stream.s", true);
+        t.waiting("stream.s", true);
+        let bytes = std::fs::read(&file).unwrap();
+        assert_eq!(bytes[..8 * MAX_LISTENING], full[..]);
+        assert_eq!(listening_contents(&bytes).1, 2);
+        t.announce("stream.s");
+        assert!(wake_file.exists());
+
+        // Both leave: the count is back to 0, and signals reach no one.
+        t.waiting("stream.s", false);
+        assert_eq!(listening_contents(&std::fs::read(&file).unwrap()).1, 1);
+        t.waiting("stream.s", false);
+        assert_eq!(listening_contents(&std::fs::read(&file).unwrap()).1, 0);
+        std::fs::remove_file(&wake_file).unwrap();
+        lock(&t.files).open.clear();
+        t.announce("stream.s");
+        assert!(!wake_file.exists());
+        assert_eq!(std::fs::read(&file).unwrap()[..8 * MAX_LISTENING], full[..]);
+
+        // A count that no process will take back (one was killed) only
+        // widens the signals: every process gets them.
+        let mut bytes = full.clone();
+        bytes.extend(u64::MAX.to_le_bytes());
+        std::fs::write(&file, &bytes).unwrap();
+        t.waiting("stream.s", true);
+        t.announce("stream.s");
+        assert!(wake_file.exists());
+        t.waiting("stream.s", false);
+        other.kill().unwrap();
+        other.wait().unwrap();
+    }
+
+    #[test]
+    fn threads_of_one_process_listening_at_once_lose_no_entry() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, t) = transport_of(dir.path()).unwrap();
+        // Topics of one file, so that every change edits the same file.
+        let number = topic_hash("stream.t") % LISTENING_FILES;
+        let topics: Vec<String> = (0..)
+            .map(|i| format!("stream.t{i}"))
+            .filter(|n| topic_hash(n) % LISTENING_FILES == number)
+            .take(8)
+            .collect();
+        std::thread::scope(|s| {
+            for topic in &topics {
+                let t = t.clone();
+                s.spawn(move || {
+                    for _ in 0..50 {
+                        t.waiting(topic, true);
+                    }
+                });
+            }
+        });
+        let me = std::process::id();
+        let listed = entries(dir.path(), &topics[0])
+            .into_iter()
+            .filter(|(pid, _)| *pid == me)
+            .count();
+        assert_eq!(listed, 8 * 50);
+        std::thread::scope(|s| {
+            for topic in &topics {
+                let t = t.clone();
+                s.spawn(move || {
+                    for _ in 0..50 {
+                        t.waiting(topic, false);
+                    }
+                });
+            }
+        });
+        assert!(
+            entries(dir.path(), &topics[0])
+                .iter()
+                .all(|(pid, _)| *pid == 0)
+        );
+    }
+
     #[test]
     fn a_corrupt_waiting_registry_wakes_no_one_and_still_takes_registrations() {
         let dir = tempfile::tempdir().unwrap();
@@ -594,11 +1003,25 @@ mod tests {
     fn wake_files_stay_bounded_whatever_topics_are_signalled() {
         let dir = tempfile::tempdir().unwrap();
         let wakes = wakes_of(dir.path()).unwrap();
-        for i in 0..5_000 {
+        let files = || {
+            std::fs::read_dir(dir.path().join("wake"))
+                .unwrap()
+                .flatten()
+                .filter(|e| e.file_type().unwrap().is_file())
+                .count()
+        };
+        // Nobody listens: signals write no wake file at all.
+        for i in 0..100 {
             wakes.signal(&format!("t{i}"));
         }
+        assert_eq!(files(), 0);
+        // Written for everyone (many listeners), they stay bounded.
+        let (_, t) = transport_of(dir.path()).unwrap();
+        for i in 0..5_000 {
+            t.announce_all(&format!("t{i}"));
+        }
         assert!(open_wake_files(dir.path()) <= MAX_WAKE_FILES);
-        let on_disk = std::fs::read_dir(dir.path().join("wake")).unwrap().count();
+        let on_disk = files();
         assert!(
             on_disk <= MAX_WAKE_FILES,
             "{on_disk} wake files left on disk"

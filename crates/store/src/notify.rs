@@ -1,14 +1,12 @@
 //! Notifications: signals on named channels, carried by the wakes. Nothing
 //! is stored.
 
-use std::sync::Arc;
-
 use tokio::time::Instant;
 
 use crate::engine::Engine;
 use crate::error::AlkResult;
 use crate::names::check_name;
-use crate::wake::{Check, Topic, Wakes, topics};
+use crate::wake::{Check, Listening, Wakes, topics};
 
 /// The channels of an engine.
 #[derive(Debug, Clone)]
@@ -32,17 +30,17 @@ impl Channels {
     }
 
     /// A listener of `channel`, starting now. Watching for other processes
-    /// starts before the listener takes its starting point, so a
-    /// notification sent after this returns is seen even if the listener
-    /// waits only later.
+    /// (and saying that this process listens) starts before the listener
+    /// takes its starting point, so a notification sent after this returns
+    /// is seen even if the listener waits only later.
     pub fn listen(&self, channel: &str) -> AlkResult<Listener> {
         check_name("channel", channel)?;
-        let t = self.wakes.watched_topic(&topics::channel(channel));
-        let seen = t.seq();
+        let listening = self.wakes.listen(&topics::channel(channel));
+        let seen = listening.topic().seq();
         Ok(Listener {
             channel: channel.to_string(),
             wakes: self.wakes.clone(),
-            topic: t,
+            listening,
             seen,
         })
     }
@@ -53,7 +51,8 @@ impl Channels {
 pub struct Listener {
     channel: String,
     wakes: Wakes,
-    topic: Arc<Topic>,
+    /// The channel's topic, listened to while the listener exists.
+    listening: Listening,
     /// The topic's signal count when the listener last woke (or attached).
     seen: u64,
 }
@@ -84,7 +83,7 @@ impl Listener {
     }
 
     async fn woken(&self, deadline: Option<Instant>) -> Option<u64> {
-        let (topic, seen) = (&self.topic, self.seen);
+        let (topic, seen) = (self.listening.topic(), self.seen);
         self.wakes
             .wait_for(&topics::channel(&self.channel), deadline, || {
                 let now = topic.seq();
@@ -106,7 +105,7 @@ impl Listener {
         Listener {
             channel: self.channel.clone(),
             wakes: self.wakes.clone(),
-            topic: self.topic.clone(),
+            listening: self.listening.clone(),
             seen: self.seen,
         }
     }

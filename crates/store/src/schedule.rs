@@ -371,7 +371,8 @@ impl Schedules {
         let ttl = options.leader_ttl_ms.clamp(3, MAX_LEADER_TTL_MS) as i64;
         let mut report = RunReport::default();
         let mut held: Option<Lease> = None;
-        let topic = self.wakes.watched_topic(topics::SCHEDULES);
+        let listening = self.wakes.listen(topics::SCHEDULES);
+        let topic = listening.topic();
         tokio::pin!(stop);
         let result = loop {
             let now = clock.now_ms();

@@ -31,6 +31,15 @@
 //! dropped) with a wake that came after it last looked at the store passes
 //! that one on too. Transports without a registry of waiters announce to
 //! every process, as for the other topics.
+//!
+//! **Other topics wake only the processes that listen.** A stream's, a
+//! lock's, a channel's or the schedules' signal is for every waiter, but
+//! only processes that wait on the topic or listen to it care: a process
+//! says so to the transport while it does (a wait about to sleep, a
+//! channel's listener for its life, the scheduler's runner), and a
+//! transport with a registry announces to those processes only. With
+//! eight worker processes that never read the stream their producers
+//! publish to, a publish no longer wakes all of them.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -87,8 +96,10 @@ pub mod topics {
 
 /// Carries signals between processes that share an engine's stores.
 pub trait WakeTransport: Send + Sync + 'static {
-    /// Tells other processes that `topic` changed (best effort: a lost
-    /// signal only delays their waiters until the fallback re-read).
+    /// Tells other processes that `topic` changed — a transport that keeps
+    /// a registry ([`WakeTransport::waiting`]) tells those that listen — (best
+    /// effort: a lost signal only delays their waiters until the fallback
+    /// re-read).
     fn announce(&self, topic: &str);
 
     /// Starts delivering other processes' signals to `sink`. Called once,
@@ -103,8 +114,12 @@ pub trait WakeTransport: Send + Sync + 'static {
         self.announce(topic)
     }
 
-    /// This process now waits on `topic` (`true`), or no longer does. Only
-    /// called for topics that wake one waiter ([`topics::wakes_one`]).
+    /// This process now waits on `topic` (`true`), or no longer does: for
+    /// a topic that wakes one waiter ([`topics::wakes_one`]), a wait about
+    /// to sleep; for any other, a wait or a listener (see [`Listening`]).
+    /// A transport that keeps a registry of these announces a topic to the
+    /// processes in it only; it must take this process in before the call
+    /// returns, as the caller looks at the store again only after.
     fn waiting(&self, _topic: &str, _waiting: bool) {}
 
     /// Whether another process says it waits on `topic` (a waiter that
@@ -236,6 +251,41 @@ struct Topics {
     prune_at: usize,
 }
 
+/// A listener's hold on a topic ([`Wakes::listen`]): while it exists, this
+/// process receives other processes' signals on the topic.
+pub struct Listening {
+    wakes: Wakes,
+    name: String,
+    topic: Arc<Topic>,
+    _waiting: Option<Waiting>,
+}
+
+impl Listening {
+    /// The topic listened to.
+    pub fn topic(&self) -> &Arc<Topic> {
+        &self.topic
+    }
+}
+
+impl Clone for Listening {
+    fn clone(&self) -> Listening {
+        Listening {
+            wakes: self.wakes.clone(),
+            name: self.name.clone(),
+            topic: self.topic.clone(),
+            _waiting: self.wakes.listening(&self.name, &self.topic),
+        }
+    }
+}
+
+impl std::fmt::Debug for Listening {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Listening")
+            .field("topic", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
 /// What a check of the store found.
 #[derive(Debug)]
 pub enum Check<T> {
@@ -253,8 +303,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// A wait in this process that sleeps on a topic waking one waiter: the
-/// transport knows this process waits while any such wait exists.
+/// A wait (or a listener) in this process on a topic: the transport knows
+/// this process waits while any such wait exists.
 struct Waiting {
     inner: Arc<Inner>,
     name: String,
@@ -288,6 +338,8 @@ impl Waiting {
 struct Registered<'w> {
     wakes: &'w Wakes,
     name: &'w str,
+    /// The topic wakes one waiter: an unused wake is passed on.
+    one: bool,
     topic: Arc<Topic>,
     waiting: Option<Waiting>,
     /// The topic's signals when the wait last looked at the store.
@@ -298,7 +350,7 @@ impl Drop for Registered<'_> {
     fn drop(&mut self) {
         if let Some(w) = self.waiting.take() {
             drop(w);
-            if self.topic.seq() != self.seen {
+            if self.one && self.topic.seq() != self.seen {
                 self.wakes.pass_on(self.name);
             }
         }
@@ -351,11 +403,33 @@ impl Wakes {
     }
 
     /// The topic `name`, with this process receiving other processes'
-    /// signals from now on. A listener attaches through this, so that a
-    /// signal sent after it attached is seen even before it first waits.
+    /// signals from now on.
     pub fn watched_topic(&self, name: &str) -> Arc<Topic> {
         self.ensure_watching();
         self.topic(name)
+    }
+
+    /// Listens to `name` until the returned value is dropped: this process
+    /// receives other processes' signals on it, and says to the transport
+    /// that it listens, so that those signals are sent here. A listener
+    /// attaches through this, so that a signal sent after it attached is
+    /// seen even before it first waits.
+    pub fn listen(&self, name: &str) -> Listening {
+        let topic = self.watched_topic(name);
+        let waiting = self.listening(name, &topic);
+        Listening {
+            wakes: self.clone(),
+            name: name.to_string(),
+            topic,
+            _waiting: waiting,
+        }
+    }
+
+    fn listening(&self, name: &str, topic: &Arc<Topic>) -> Option<Waiting> {
+        self.inner
+            .delivering
+            .load(Ordering::SeqCst)
+            .then(|| Waiting::new(self.inner.clone(), name, topic.clone()))
     }
 
     /// Announces a committed change on `topic` to waiters in this and
@@ -442,10 +516,12 @@ impl Wakes {
         let t = self.watched_topic(topic);
         let one = topics::wakes_one(topic);
         // Said to the transport before the sleep, and checked again after
-        // saying it: a signal sent before that went to another process.
+        // saying it: a signal sent before that went to another process, or
+        // to none.
         let mut registered = Registered {
             wakes: self,
             name: topic,
+            one,
             topic: t.clone(),
             waiting: None,
             seen: 0,
@@ -463,7 +539,7 @@ impl Wakes {
             if deadline.is_some_and(|d| now >= d) {
                 return Ok(None);
             }
-            if one && registered.waiting.is_none() && self.inner.delivering.load(Ordering::SeqCst) {
+            if registered.waiting.is_none() && self.inner.delivering.load(Ordering::SeqCst) {
                 registered.waiting = Some(Waiting::new(self.inner.clone(), topic, t.clone()));
                 continue;
             }
@@ -600,7 +676,9 @@ mod tests {
         wakes.pass_on("queue.q");
         assert_eq!(recorded(&recorder), ["one queue.q"]);
 
-        // A stream's waiter never registers.
+        // A stream's waiter that does not sleep says nothing; one that
+        // sleeps says it waits, and a wake it leaves unused is not passed
+        // on (a stream's signal reached every listener already).
         let none = wakes
             .wait_for("stream.s", Some(Instant::now()), || {
                 Box::pin(async { Ok(Check::<()>::NotYet(None)) })
@@ -609,6 +687,57 @@ mod tests {
             .unwrap();
         assert!(none.is_none());
         assert!(recorded(&recorder).is_empty());
+        let deadline = Instant::now() + Duration::from_millis(50);
+        let checks = Arc::new(AtomicU64::new(0));
+        let none = {
+            let (w, checks) = (wakes.clone(), checks.clone());
+            wakes
+                .wait_for("stream.s", Some(deadline), move || {
+                    let (w, checks) = (w.clone(), checks.clone());
+                    Box::pin(async move {
+                        if checks.fetch_add(1, Ordering::SeqCst) == 1 {
+                            w.signal("stream.s");
+                            tokio::time::sleep_until(deadline).await;
+                        }
+                        Ok(Check::<()>::NotYet(None))
+                    })
+                })
+                .await
+                .unwrap()
+        };
+        assert!(none.is_none());
+        assert_eq!(
+            recorded(&recorder),
+            [
+                "waiting stream.s true",
+                "all stream.s",
+                "waiting stream.s false"
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_listener_says_it_listens_for_its_life_and_each_copy_counts() {
+        let recorder = Arc::new(Recorder::default());
+        let wakes = Wakes::new(recorder.clone());
+        let first = wakes.listen("notify.c");
+        assert_eq!(recorded(&recorder), ["waiting notify.c true"]);
+        // A second listener (or a copy of the first, a pollable's) adds
+        // nothing to say; the process listens until the last is gone.
+        let second = first.clone();
+        let third = wakes.listen("notify.c");
+        drop(first);
+        drop(third);
+        assert!(recorded(&recorder).is_empty());
+        // A signal from another process reaches the remaining one.
+        let seen = second.topic().seq();
+        wakes.signal("notify.c");
+        assert!(second.topic().seq() > seen);
+        drop(second);
+        assert_eq!(
+            recorded(&recorder),
+            ["all notify.c", "waiting notify.c false"]
+        );
     }
 
     /// Wakes whose transport says another process waits, and a count of

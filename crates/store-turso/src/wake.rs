@@ -142,6 +142,31 @@ impl FileTransport {
         self.dir.join(format!("{topic}@{}", std::process::id()))
     }
 
+    /// The file `<folder>/<name>` under the wake folder, for reading and
+    /// writing by every process (created if new, never truncated).
+    fn open_shared(&self, folder: &str, name: &str) -> std::io::Result<Arc<File>> {
+        let dir = self.dir.join(folder);
+        std::fs::create_dir_all(&dir)?;
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(dir.join(name))?;
+        Ok(Arc::new(f))
+    }
+
+    /// Runs `change` on the shared file `f` with no other process's or
+    /// thread's change in between: the `flock` keeps other processes out,
+    /// the mutex this process's other threads (they share the descriptor).
+    fn edit<T>(&self, f: &File, change: impl FnOnce() -> std::io::Result<T>) -> std::io::Result<T> {
+        let _editing = lock(&self.editing);
+        flock(f, FlockOperation::LockExclusive)?;
+        let result = change();
+        let _ = flock(f, FlockOperation::Unlock);
+        result
+    }
+
     /// The waiting registry of `topic`, opened (created: at most one small
     /// file per queue, beside the queue's own store file) once.
     fn registry_of(&self, topic: &str) -> std::io::Result<Arc<File>> {
@@ -149,16 +174,7 @@ impl FileTransport {
         if let Some(f) = open.get(topic) {
             return Ok(f.clone());
         }
-        let dir = self.dir.join("waiting");
-        std::fs::create_dir_all(&dir)?;
-        let f = Arc::new(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .read(true)
-                .write(true)
-                .open(dir.join(topic))?,
-        );
+        let f = self.open_shared("waiting", topic)?;
         if open.len() >= MAX_WAKE_FILES {
             open.clear();
         }
@@ -173,15 +189,7 @@ impl FileTransport {
         if let Some(f) = open.get(&number) {
             return Ok(f.clone());
         }
-        std::fs::create_dir_all(self.dir.join("listening"))?;
-        let f = Arc::new(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .read(true)
-                .write(true)
-                .open(self.dir.join(format!("listening/{number:02x}")))?,
-        );
+        let f = self.open_shared("listening", &format!("{number:02x}"))?;
         open.insert(number, f.clone());
         Ok(f)
     }
@@ -214,9 +222,7 @@ impl FileTransport {
     /// inbox.
     fn listen(&self, topic: &str, listening: bool) -> std::io::Result<()> {
         let f = self.listening_file(topic)?;
-        let _editing = lock(&self.editing);
-        flock(&*f, FlockOperation::LockExclusive)?;
-        let result = (|| {
+        self.edit(&f, || {
             let (me, hash) = (std::process::id(), topic_hash(topic));
             let mut buf = vec![0u8; 8 * (MAX_LISTENING + 1)];
             let n = f.read_at(&mut buf, 0)?;
@@ -261,9 +267,7 @@ impl FileTransport {
             entry[4..].copy_from_slice(&hash.to_le_bytes());
             f.write_at(&entry, 8 * slot as u64)?;
             Ok(())
-        })();
-        let _ = flock(&*f, FlockOperation::Unlock);
-        result
+        })
     }
 
     /// The processes other than this one that wait on `topic`.
@@ -285,9 +289,7 @@ impl FileTransport {
     /// (`waiting`), or clears its slot.
     fn register(&self, topic: &str, waiting: bool) -> std::io::Result<()> {
         let f = self.registry_of(topic)?;
-        let _editing = lock(&self.editing);
-        flock(&*f, FlockOperation::LockExclusive)?;
-        let result = (|| {
+        self.edit(&f, || {
             let me = std::process::id();
             let mut buf = [0u8; 4 * MAX_WAITING];
             let n = f.read_at(&mut buf, 0)?;
@@ -314,9 +316,7 @@ impl FileTransport {
             }
             f.write_at(&me.to_le_bytes(), 4 * slot as u64)?;
             Ok(())
-        })();
-        let _ = flock(&*f, FlockOperation::Unlock);
-        result
+        })
     }
 
     /// Writes to the inbox of process `pid` (only it is woken); false when

@@ -60,7 +60,6 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The wakes of each data directory this process uses.
 /// The wakes of each data directory this process uses, and their transport.
 type Registry = HashMap<PathBuf, (Wakes, Arc<FileTransport>)>;
 

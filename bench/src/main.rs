@@ -1,9 +1,9 @@
 //! The native side of `cargo xtask bench`.
 //!
-//! `alk-bench op <turso|sqlite> <full|relaxed> <op> <n> <tag> <data-dir>`
+//! `alk-bench op <turso|turso-v1|sqlite> <full|relaxed> <op> <n> <tag> <data-dir>`
 //! runs the same operations as the `bench-guest` guest, with the same SQL:
-//! - `turso`: alk's storage layer (`alk-store` over `alk-store-turso`)
-//!   called directly from Rust — the same
+//! - `turso` (`turso-v1`: new queues in `localqueue.v1`): alk's storage
+//!   layer (`alk-store` over `alk-store-turso`) called directly from Rust — the same
 //!   statements, the same connection strategy (pooled connections, cached
 //!   prepared statements), the same retries — without a guest or host glue;
 //! - `sqlite`: stock SQLite through rusqlite, WAL mode, one connection with
@@ -39,10 +39,10 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use alk_host::{AlkCtx, Durability, RunOptions, Runner};
 use alk_store::jobs::{QueueLimits, SendOptions};
-use alk_store::rate::RateLimit;
 use alk_store::kv::Bucket;
 use alk_store::lock::Locks;
 use alk_store::queue::{Payload, Queue};
+use alk_store::rate::RateLimit;
 use alk_store::stream::Streams;
 use alk_store::{Engine, KvLimits, StreamLimits};
 use alk_store_turso::{RetryPolicy, StoreOptions, TursoEngine, kv, lock, queue, stream};
@@ -74,7 +74,14 @@ fn main() {
             let n: usize = n.parse().expect("n");
             let relaxed = *durability == "relaxed";
             let (done, elapsed, start, end) = match *engine {
-                "turso" => runtime.block_on(turso(op, n, tag, Path::new(dir), relaxed)),
+                "turso" | "turso-v1" => runtime.block_on(turso(
+                    op,
+                    n,
+                    tag,
+                    Path::new(dir),
+                    relaxed,
+                    *engine == "turso-v1",
+                )),
                 "turso-fresh" | "turso-reused" => runtime.block_on(turso_raw(
                     *engine == "turso-fresh",
                     op,
@@ -129,7 +136,7 @@ fn main() {
         }
         _ => {
             eprintln!(
-                "usage: alk-bench op <turso|sqlite|postgres-direct> <full|relaxed> <op> <n> <tag> <dir> | instances <count> <guest> <dir> <cache>"
+                "usage: alk-bench op <turso|turso-v1|sqlite|postgres-direct> <full|relaxed> <op> <n> <tag> <dir> | instances <count> <guest> <dir> <cache>"
             );
             std::process::exit(2);
         }
@@ -181,8 +188,13 @@ fn claim_op(op: &str) -> Option<(u32, usize)> {
     Some((batch.parse().ok()?, depth.parse().ok()?))
 }
 
-async fn turso(op: &str, n: usize, tag: &str, dir: &Path, relaxed: bool) -> Timing {
+async fn turso(op: &str, n: usize, tag: &str, dir: &Path, relaxed: bool, v1: bool) -> Timing {
     let opts = StoreOptions {
+        new_queues: if v1 {
+            alk_store_turso::NewQueues::V1
+        } else {
+            alk_store_turso::NewQueues::default()
+        },
         retry: RetryPolicy::default(),
         durability: if relaxed {
             Durability::Relaxed

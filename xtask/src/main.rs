@@ -31,7 +31,8 @@
 //!   (`tests/integration/powerloss.rs`): `cuts` power cuts (default 20) per
 //!   durability on a FUSE file system that drops unsynced writes.
 //! - `bench`: builds the host and guests, runs the benchmarks and writes
-//!   `docs/benchmarks.md`.
+//!   `docs/benchmarks.md` (`bench throughput` and `bench instructions`:
+//!   one table each, see `bench_throughput.rs` and `bench_instructions.rs`).
 //! - `postgres`: starts a throwaway PostgreSQL server, prints its
 //!   `ALK_TEST_POSTGRES=<url>` and keeps it until Ctrl-C.
 //! - `vendor-turso [--check]`: fetches the published `turso_core`, `turso`
@@ -49,6 +50,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 mod bench;
+mod bench_instructions;
 mod bench_serve;
 mod bench_throughput;
 mod c_guests;
@@ -81,11 +83,14 @@ fn main() -> ExitCode {
         Some("bench") if args.get(1).map(String::as_str) == Some("throughput") => {
             bench_throughput_cmd(&args[2..])
         }
+        Some("bench") if args.get(1).map(String::as_str) == Some("instructions") => {
+            bench_instructions_cmd(&args[2..])
+        }
         Some("bench") => bench(args.get(1).map(String::as_str)),
         Some("postgres") => postgres(),
         _ => {
             eprintln!(
-                "usage: cargo xtask <guests|demo|example [run.sh options…]|test [cargo test args…]|soak [runs] [seconds] [filter]|powerloss [cuts]|bench [serve|limits|throughput [--baseline <alk-host>]]|postgres|vendor-wit [--check]>"
+                "usage: cargo xtask <guests|demo|example [run.sh options…]|test [cargo test args…]|soak [runs] [seconds] [filter]|powerloss [cuts]|bench [serve|limits|throughput [--baseline <alk-host>]|instructions [--baseline <alk-bench>]]|postgres|vendor-wit [--check]>"
             );
             return ExitCode::from(2);
         }
@@ -614,31 +619,45 @@ fn powerloss(args: &[String]) -> Result<()> {
         .args(["--test-threads", "1", "--nocapture"]))
 }
 
-/// `cargo xtask bench throughput [--baseline <alk-host>]`.
-fn bench_throughput_cmd(args: &[String]) -> Result<()> {
-    let baseline = match args {
-        [] => None,
+/// `--baseline <binary>` or nothing, for `cargo xtask bench <command>`:
+/// the binary, which must be a file.
+fn baseline_arg(args: &[String], command: &str, binary: &str) -> Result<Option<PathBuf>> {
+    match args {
+        [] => Ok(None),
         [flag, path] if flag == "--baseline" => {
             let path = PathBuf::from(path);
             if !path.is_file() {
                 return Err(format!(
-                    "the baseline {} is not a file (give an alk-host binary)",
+                    "the baseline {} is not a file (give an {binary} binary)",
                     path.display()
                 ));
             }
-            Some(path)
+            Ok(Some(path))
         }
-        other => {
-            return Err(format!(
-                "cargo xtask bench throughput takes [--baseline <alk-host>], not {other:?}"
-            ));
-        }
-    };
+        other => Err(format!(
+            "cargo xtask bench {command} takes [--baseline <{binary}>], not {other:?}"
+        )),
+    }
+}
+
+/// `cargo xtask bench throughput [--baseline <alk-host>]`.
+fn bench_throughput_cmd(args: &[String]) -> Result<()> {
+    let baseline = baseline_arg(args, "throughput", "alk-host")?;
     // Only the Rust guests it runs: no other toolchain is needed.
     rust_guests()?;
     run(cargo().current_dir(root()).args(WORKSPACE_BUILD))?;
     bench_throughput::run(
         &crate::target_dir().join("debug/alk-host"),
+        baseline.as_deref(),
+    )
+}
+
+/// `cargo xtask bench instructions [--baseline <alk-bench>]`.
+fn bench_instructions_cmd(args: &[String]) -> Result<()> {
+    let baseline = baseline_arg(args, "instructions", "alk-bench")?;
+    run(cargo().current_dir(root()).args(WORKSPACE_BUILD))?;
+    bench_instructions::run(
+        &crate::target_dir().join("debug/alk-bench"),
         baseline.as_deref(),
     )
 }
@@ -895,5 +914,33 @@ mod tests {
         );
         assert_eq!(server_of("postgres://localhost/alk"), "localhost");
         assert!(!server_of("host=db password=secret").contains("secret"));
+    }
+
+    #[test]
+    fn a_benchmark_baseline_is_an_existing_binary_or_nothing() {
+        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(super::baseline_arg(&[], "instructions", "alk-bench"), Ok(None));
+        let this = std::env::current_exe().unwrap();
+        assert_eq!(
+            super::baseline_arg(
+                &args(&["--baseline", this.to_str().unwrap()]),
+                "instructions",
+                "alk-bench"
+            ),
+            Ok(Some(this))
+        );
+        let missing =
+            super::baseline_arg(&args(&["--baseline", "/nonexistent/alk-bench"]), "x", "alk-bench");
+        assert!(
+            missing.unwrap_err().contains("give an alk-bench binary"),
+            "the error says what to give"
+        );
+        let other = super::baseline_arg(&args(&["--base"]), "instructions", "alk-bench");
+        assert!(
+            other
+                .unwrap_err()
+                .contains("takes [--baseline <alk-bench>]"),
+            "the error shows the usage"
+        );
     }
 }

@@ -369,6 +369,10 @@ pub const DELETE_V2: &str = "DELETE FROM messages WHERE id = ?1 RETURNING group_
 /// Group `?1` leaves the round when it has no message left.
 pub const LEAVE: &str = "DELETE FROM message_groups WHERE group_key = ?1 \
 AND NOT EXISTS (SELECT 1 FROM messages INDEXED BY idx_messages_group WHERE group_key IS NOT NULL AND group_key = ?1)";
+/// `localqueue.v2` ack of a message without a group (no group can leave
+/// the round): [`ACK`] for those only, tried before [`ACK_V2`].
+pub const ACK_UNGROUPED: &str =
+    "DELETE FROM messages WHERE id = ?1 AND receipt_handle = ?2 AND group_key IS NULL";
 /// `localqueue.v2` ack: deletes a message by its current receipt; its group.
 pub const ACK_V2: &str =
     "DELETE FROM messages WHERE id = ?1 AND receipt_handle = ?2 RETURNING group_key";
@@ -611,6 +615,9 @@ async fn settle_on(
     now: i64,
 ) -> Result<Settled, Failure> {
     if sql == ACK_V2 {
+        if exec(conn, ACK_UNGROUPED, (id, uuid)).await? == 1 {
+            return Ok(Settled::Done);
+        }
         let mut rows = query(conn, sql, (id, uuid)).await?;
         let mut deleted = None;
         while let Some(row) = rows.next().await? {
@@ -2756,6 +2763,7 @@ mod tests {
                 ("BURY", BURY),
                 ("DELETE_V2", DELETE_V2),
                 ("LEAVE", LEAVE),
+                ("ACK_UNGROUPED", ACK_UNGROUPED),
                 ("ACK_V2", ACK_V2),
                 ("ACK_BATCH_V2", ACK_BATCH_V2),
                 ("ACK_CLAIMED_V2", ACK_CLAIMED_V2),
@@ -3100,6 +3108,48 @@ mod tests {
                 !plan.contains("SCAN messages |") && !plan.ends_with("SCAN messages"),
                 "{sql}: {plan}"
             );
+        }
+    }
+
+    #[tokio::test]
+    async fn an_ack_deletes_a_message_without_a_group_alone_and_a_grouped_one_with_its_group() {
+        let dir = tempfile::tempdir().unwrap();
+        async fn groups(q: &QueueStore) -> Vec<String> {
+            crate::stream::tests::sql_rows(
+                &q.store,
+                "SELECT group_key FROM message_groups WHERE group_key <> '' ORDER BY group_key",
+            )
+            .await
+        }
+        for q in [
+            v2_file(dir.path(), "two").await,
+            queue_v3(dir.path()).await,
+            queue(dir.path()).await,
+        ] {
+            q.send(&[text("plain")], &Stamp::plain(10), 10)
+                .await
+                .unwrap();
+            q.send(&[text("in g")], &grouped("g", 10), 10)
+                .await
+                .unwrap();
+            let got = q.claim(2, 1_000, None, 20).await.unwrap();
+            assert_eq!(got.len(), 2, "{}", q.path().display());
+            let (plain, in_g) = if got[0].group.is_none() {
+                (&got[0], &got[1])
+            } else {
+                (&got[1], &got[0])
+            };
+            // A receipt of another delivery deletes nothing.
+            let other = format!("{}:00000000-0000-0000-0000-000000000000", plain.id);
+            assert_eq!(q.ack(&r(&other)).await.unwrap(), Settled::Stale);
+            assert_eq!(q.ack(&r(&plain.receipt)).await.unwrap(), Settled::Done);
+            assert_eq!(q.ack(&r(&plain.receipt)).await.unwrap(), Settled::Gone);
+            // The grouped message is deleted, and its group, left without
+            // messages, leaves the round.
+            assert_eq!(groups(&q).await, ["Text(\"g\")"]);
+            assert_eq!(q.ack(&r(&in_g.receipt)).await.unwrap(), Settled::Done);
+            assert!(groups(&q).await.is_empty(), "{}", q.path().display());
+            assert_eq!(q.stats(30).await.unwrap().waiting, 0);
         }
     }
 

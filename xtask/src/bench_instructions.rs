@@ -102,17 +102,22 @@ fn thousands(x: f64) -> String {
     format!("{:.0}k", x / 1000.0)
 }
 
-/// Runs the rows: `bench` is this build's `alk-bench`, `baseline` an
-/// earlier one.
-pub fn run(bench: &Path, baseline: Option<&Path>) -> Result<()> {
+/// Whether valgrind can be run: checked before anything is built.
+pub fn need_valgrind() -> Result<()> {
     let found = Command::new("valgrind").arg("--version").output();
     if !found.is_ok_and(|o| o.status.success()) {
         return Err(
             "cargo xtask bench instructions counts with valgrind, which is not installed \
-                    (Debian: apt-get install valgrind)"
+             (Debian: apt-get install valgrind)"
                 .into(),
         );
     }
+    Ok(())
+}
+
+/// Runs the rows: `bench` is this build's `alk-bench`, `baseline` an
+/// earlier one.
+pub fn run(bench: &Path, baseline: Option<&Path>) -> Result<()> {
     let mut columns = vec![
         Column {
             bin: bench,

@@ -655,6 +655,7 @@ fn bench_throughput_cmd(args: &[String]) -> Result<()> {
 /// `cargo xtask bench instructions [--baseline <alk-bench>]`.
 fn bench_instructions_cmd(args: &[String]) -> Result<()> {
     let baseline = baseline_arg(args, "instructions", "alk-bench")?;
+    bench_instructions::need_valgrind()?;
     run(cargo().current_dir(root()).args(WORKSPACE_BUILD))?;
     bench_instructions::run(
         &crate::target_dir().join("debug/alk-bench"),

@@ -647,6 +647,13 @@ fn ack_sqlite(qc: &Connection, receipts: &[String]) {
         if receipts.len() == 1 {
             let (id, uuid) = receipts[0].split_once(':').unwrap();
             let id: i64 = id.parse().unwrap();
+            // A message without a group first, as alk does.
+            if c.prepare_cached(queue::ACK_UNGROUPED)?
+                .execute(params![id, uuid])?
+                == 1
+            {
+                return Ok(());
+            }
             let group: Option<Option<String>> = c
                 .prepare_cached(queue::ACK_V2)?
                 .query_map(params![id, uuid], |r| r.get(0))?

@@ -32,7 +32,8 @@
 //!   durability on a FUSE file system that drops unsynced writes.
 //! - `bench`: builds the host and guests, runs the benchmarks and writes
 //!   `docs/benchmarks.md` (`bench throughput` and `bench instructions`:
-//!   one table each, see `bench_throughput.rs` and `bench_instructions.rs`).
+//!   only their own sections, see `bench_throughput.rs` and
+//!   `bench_instructions.rs`).
 //! - `postgres`: starts a throwaway PostgreSQL server, prints its
 //!   `ALK_TEST_POSTGRES=<url>` and keeps it until Ctrl-C.
 //! - `vendor-turso [--check]`: fetches the published `turso_core`, `turso`

@@ -48,7 +48,7 @@ use alk_store::{Engine, KvLimits, StreamLimits};
 use alk_store_turso::{RetryPolicy, StoreOptions, TursoEngine, kv, lock, queue, stream};
 use std::collections::HashMap;
 
-use rusqlite::{Connection, params};
+use rusqlite::{Connection, OptionalExtension, params};
 
 fn wall_us() -> u128 {
     SystemTime::now()
@@ -545,6 +545,30 @@ fn send_sqlite(c: &Connection, text: &str, group: Option<&str>) -> rusqlite::Res
 /// the engine runs it (the round, the lane's due messages or each group's
 /// head, the claim, the moves in the round); `(id, uuid, body, attempt)`
 /// per message claimed, in claim order.
+/// alk's publish statements (docs/formats/localstream.v1.md) on SQLite,
+/// inside the caller's write transaction.
+fn publish_sqlite(c: &Connection, name: &str, payload: &[u8]) -> rusqlite::Result<i64> {
+    let last: Option<i64> = c
+        .prepare_cached(stream::LAST_OFFSET)?
+        .query_row(params![name], |r| r.get(0))
+        .optional()?;
+    let offset = last.unwrap_or(0) + 1;
+    c.prepare_cached(stream::APPEND)?.execute(params![
+        name,
+        offset,
+        Option::<String>::None,
+        payload,
+        now_ms()
+    ])?;
+    let counter = if last.is_some() {
+        stream::SET_LAST_OFFSET
+    } else {
+        stream::NEW_STREAM
+    };
+    c.prepare_cached(counter)?.execute(params![name, offset])?;
+    Ok(offset)
+}
+
 fn claim_sqlite(qc: &Connection, max: i64, visibility: i64) -> Vec<(i64, String, String, i64)> {
     immediate(qc, |c| {
         let now = now_ms();
@@ -712,32 +736,8 @@ fn sqlite(op: &str, n: usize, tag: &str, dir: &Path, relaxed: bool) -> Timing {
             .collect()
     };
     let ack = |receipts: &[String]| ack_sqlite(&qc, receipts);
-    let publish_to = |c: &Connection, name: &str| -> rusqlite::Result<i64> {
-        let offset: i64 = c
-            .prepare_cached(stream::NEXT_OFFSET)?
-            .query_row(params![name], |r| r.get(0))?;
-        c.prepare_cached(stream::APPEND)?.execute(params![
-            name,
-            offset,
-            Option::<String>::None,
-            value,
-            now_ms()
-        ])?;
-        Ok(offset)
-    };
-    let publish = |c: &Connection| -> rusqlite::Result<i64> {
-        let offset: i64 = c
-            .prepare_cached(stream::NEXT_OFFSET)?
-            .query_row(params!["bench"], |r| r.get(0))?;
-        c.prepare_cached(stream::APPEND)?.execute(params![
-            "bench",
-            offset,
-            Option::<String>::None,
-            value,
-            now_ms()
-        ])?;
-        Ok(offset)
-    };
+    let publish_to = |c: &Connection, name: &str| publish_sqlite(c, name, &value);
+    let publish = |c: &Connection| publish_sqlite(c, "bench", &value);
     match op {
         "kv-get" => {
             kvc.execute(kv::PUT, params!["k", value, Option::<i64>::None])
@@ -1025,18 +1025,7 @@ fn mix_sqlite(role: &[&str], dir: &Path, relaxed: bool) {
                 }
                 if n.is_multiple_of(20) {
                     stats.call(true, || {
-                        immediate(&sc, |c| {
-                            let offset: i64 = c
-                                .prepare_cached(stream::NEXT_OFFSET)?
-                                .query_row(params!["soak"], |r| r.get(0))?;
-                            c.prepare_cached(stream::APPEND)?.execute(params![
-                                "soak",
-                                offset,
-                                Option::<String>::None,
-                                payload.as_bytes(),
-                                now_ms()
-                            ])
-                        })
+                        immediate(&sc, |c| publish_sqlite(c, "soak", payload.as_bytes()))
                     });
                 }
                 if n.is_multiple_of(50) {

@@ -180,9 +180,10 @@ pub static FORMAT: Format = Format {
     ],
 };
 
-/// Assigns the next offset of a stream (1 for a new stream).
-pub const NEXT_OFFSET: &str = "INSERT INTO streams (stream, last_offset) VALUES (?1, 1) \
-ON CONFLICT(stream) DO UPDATE SET last_offset = last_offset + 1 RETURNING last_offset";
+/// Records the first offsets assigned in a stream never published to.
+pub const NEW_STREAM: &str = "INSERT INTO streams (stream, last_offset) VALUES (?1, ?2)";
+/// Records the highest offset assigned in a stream published to before.
+pub const SET_LAST_OFFSET: &str = "UPDATE streams SET last_offset = ?2 WHERE stream = ?1";
 /// Appends an event at an assigned offset.
 pub const APPEND: &str =
     "INSERT INTO events (stream, seq, key, payload, created_at) VALUES (?1, ?2, ?3, ?4, ?5)";
@@ -338,12 +339,11 @@ impl StreamEngine for StreamStore {
         self.store
             .run_immediate(|conn: Connection| {
                 Box::pin(async move {
-                    let mut offsets = Vec::with_capacity(events.len());
-                    for (key, payload) in events {
-                        offsets
-                            .push(publish_on(&conn, stream, key.as_deref(), payload, now).await?);
-                    }
-                    Ok(offsets)
+                    let events: Vec<(Option<&str>, &[u8])> = events
+                        .iter()
+                        .map(|(k, p)| (k.as_deref(), p.as_slice()))
+                        .collect();
+                    publish_all_on(&conn, stream, &events, now).await
                 })
             })
             .await
@@ -495,17 +495,40 @@ pub(crate) async fn publish_on(
     payload: &[u8],
     now: i64,
 ) -> Result<u64, Failure> {
-    let mut rows = query(conn, NEXT_OFFSET, (stream,)).await?;
-    let mut offset = None;
-    // Drain: a live RETURNING statement blocks the next write.
+    let offsets = publish_all_on(conn, stream, &[(key, payload)], now).await?;
+    Ok(offsets[0])
+}
+
+/// Publishes `events` to `stream` at consecutive offsets, inside the
+/// caller's write transaction: reads the last offset, appends, and writes
+/// the last offset once. (No `RETURNING`: turso builds a temporary table
+/// for every statement that has one.)
+pub(crate) async fn publish_all_on(
+    conn: &Connection,
+    stream: &str,
+    events: &[(Option<&str>, &[u8])],
+    now: i64,
+) -> Result<Vec<u64>, Failure> {
+    let mut rows = query(conn, LAST_OFFSET, (stream,)).await?;
+    let mut last = None;
     while let Some(row) = rows.next().await? {
-        offset = Some(row.get::<i64>(0)?);
+        last = Some(row.get::<i64>(0)?);
     }
     drop(rows);
-    let offset =
-        offset.ok_or_else(|| Failure::Alk(AlkError::Internal("no offset was assigned".into())))?;
-    exec(conn, APPEND, (stream, offset, key, payload.to_vec(), now)).await?;
-    Ok(offset as u64)
+    let known = last.is_some();
+    let mut offset = last.unwrap_or(0);
+    let mut offsets = Vec::with_capacity(events.len());
+    for &(key, payload) in events {
+        offset += 1;
+        exec(conn, APPEND, (stream, offset, key, payload.to_vec(), now)).await?;
+        offsets.push(offset as u64);
+    }
+    if offsets.is_empty() {
+        return Ok(offsets);
+    }
+    let counter = if known { SET_LAST_OFFSET } else { NEW_STREAM };
+    exec(conn, counter, (stream, offset)).await?;
+    Ok(offsets)
 }
 
 pub(crate) async fn save_offset_on(
@@ -574,10 +597,11 @@ pub(crate) mod tests {
             DOC,
             &[
                 ("DDL", DDL),
-                ("NEXT_OFFSET", NEXT_OFFSET),
-                ("APPEND", APPEND),
-                ("READ_SINCE", READ_SINCE),
                 ("LAST_OFFSET", LAST_OFFSET),
+                ("APPEND", APPEND),
+                ("NEW_STREAM", NEW_STREAM),
+                ("SET_LAST_OFFSET", SET_LAST_OFFSET),
+                ("READ_SINCE", READ_SINCE),
                 ("SAVE_OFFSET", SAVE_OFFSET),
                 ("GET_OFFSET", GET_OFFSET),
                 ("TRIM", TRIM),

@@ -201,9 +201,8 @@ impl FileTransport {
             return (Vec::new(), true);
         };
         let (me, hash) = (std::process::id(), topic_hash(topic));
-        let mut buf = vec![0u8; 8 * (MAX_LISTENING + 1)];
-        let n = f.read_at(&mut buf, 0).unwrap_or(0);
-        let (entries, counted) = listening_contents(&buf[..n]);
+        let buf = read_up_to(&f, 8 * (MAX_LISTENING + 1)).unwrap_or_default();
+        let (entries, counted) = listening_contents(&buf);
         let mut pids: Vec<u32> = entries
             .filter(|(pid, h)| *h == hash && *pid != 0 && *pid != me)
             .map(|(pid, _)| pid)
@@ -223,9 +222,8 @@ impl FileTransport {
         let f = self.listening_file(topic)?;
         self.edit(&f, || {
             let (me, hash) = (std::process::id(), topic_hash(topic));
-            let mut buf = vec![0u8; 8 * (MAX_LISTENING + 1)];
-            let n = f.read_at(&mut buf, 0)?;
-            let (entries, counted) = listening_contents(&buf[..n]);
+            let buf = read_up_to(&f, 8 * (MAX_LISTENING + 1))?;
+            let (entries, counted) = listening_contents(&buf);
             let entries: Vec<(u32, u32)> = entries.collect();
             let mut mine = lock(&self.counted);
             if !listening {
@@ -275,9 +273,8 @@ impl FileTransport {
             return Vec::new();
         };
         let me = std::process::id();
-        let mut buf = [0u8; 4 * MAX_WAITING];
-        let n = f.read_at(&mut buf, 0).unwrap_or(0);
-        buf[..n - n % 4]
+        let buf = read_up_to(&f, 4 * MAX_WAITING).unwrap_or_default();
+        buf[..buf.len() - buf.len() % 4]
             .chunks_exact(4)
             .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
             .filter(|pid| *pid != 0 && *pid != me)
@@ -290,9 +287,8 @@ impl FileTransport {
         let f = self.registry_of(topic)?;
         self.edit(&f, || {
             let me = std::process::id();
-            let mut buf = [0u8; 4 * MAX_WAITING];
-            let n = f.read_at(&mut buf, 0)?;
-            let slots: Vec<u32> = buf[..n - n % 4]
+            let buf = read_up_to(&f, 4 * MAX_WAITING)?;
+            let slots: Vec<u32> = buf[..buf.len() - buf.len() % 4]
                 .chunks_exact(4)
                 .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
                 .collect();
@@ -416,6 +412,30 @@ fn listening_contents(buf: &[u8]) -> (impl Iterator<Item = (u32, u32)> + '_, u64
             )
         });
     (entries, counted)
+}
+
+/// The first `max` bytes of `f` (fewer when it is shorter). Every signal
+/// reads a registry or listening file, and most hold a few entries: the
+/// first read takes a small buffer, and only a longer file gets one of
+/// `max` bytes.
+fn read_up_to(f: &File, max: usize) -> std::io::Result<Vec<u8>> {
+    const FIRST: usize = 256;
+    let mut buf = vec![0u8; FIRST.min(max)];
+    let mut len = f.read_at(&mut buf, 0)?;
+    if len < buf.len() {
+        buf.truncate(len);
+        return Ok(buf);
+    }
+    buf.resize(max, 0);
+    while len < max {
+        let n = f.read_at(&mut buf[len..], len as u64)?;
+        if n == 0 {
+            break;
+        }
+        len += n;
+    }
+    buf.truncate(len);
+    Ok(buf)
 }
 
 /// Whether process `pid` exists.
@@ -625,6 +645,23 @@ fn watch(_dir: &Path, _sink: WakeSink) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_registry_read_returns_the_file_up_to_its_limit_whatever_its_length() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        for len in [0, 1, 255, 256, 257, 4095, 4096, 4097, 9000] {
+            let bytes: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+            std::fs::write(&path, &bytes).unwrap();
+            let f = File::open(&path).unwrap();
+            assert_eq!(
+                read_up_to(&f, 4096).unwrap(),
+                bytes[..len.min(4096)],
+                "{len}"
+            );
+            assert_eq!(read_up_to(&f, 100).unwrap(), bytes[..len.min(100)], "{len}");
+        }
+    }
 
     fn slots(dir: &Path, topic: &str) -> Vec<u32> {
         std::fs::read(dir.join("wake/waiting").join(topic))

@@ -113,6 +113,7 @@ macro_rules! conformance_tests {
             tx: [
                 stream_transactions_commit_all_or_nothing,
                 stream_transactions_held_too_long_are_rolled_back,
+                stream_offsets_run_on_across_batches_and_transactions,
                 tx_commit_applies_every_mechanism_at_once,
                 tx_rollback_leaves_nothing_anywhere,
                 tx_refusals_leave_the_transaction_usable,

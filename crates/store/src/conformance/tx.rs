@@ -23,6 +23,62 @@ async fn woke(listener: &mut Listener) -> bool {
         .await
 }
 
+/// Offsets stay consecutive across single publishes, batches and
+/// publishes inside transactions; a rolled-back transaction's offsets are
+/// handed out again.
+pub async fn stream_offsets_run_on_across_batches_and_transactions(engine: &Arc<dyn Engine>) {
+    let s = Streams::open(engine, StreamLimits::default())
+        .await
+        .unwrap();
+    let batch = |n: usize, tag: &str| -> Vec<(Option<String>, Vec<u8>)> {
+        (0..n)
+            .map(|i| (Some(format!("{tag}{i}")), format!("{tag}{i}").into_bytes()))
+            .collect()
+    };
+    assert_eq!(
+        s.publish_batch("run", &batch(3, "a"), 0).await.unwrap(),
+        [1, 2, 3]
+    );
+    assert_eq!(s.publish("run", None, b"b", 0).await.unwrap(), 4);
+    assert_eq!(
+        s.publish_batch("run", &batch(2, "c"), 0).await.unwrap(),
+        [5, 6]
+    );
+    let tx = Tx::new(engine.clone(), s.limits()).unwrap();
+    assert_eq!(tx.publish("run", None, b"gone", 0).await.unwrap(), 7);
+    assert_eq!(tx.publish("fresh", None, b"gone", 0).await.unwrap(), 1);
+    tx.rollback().await;
+    let tx = Tx::new(engine.clone(), s.limits()).unwrap();
+    assert_eq!(tx.publish("run", None, b"d", 0).await.unwrap(), 7);
+    assert_eq!(tx.publish("run", Some("e"), b"e", 0).await.unwrap(), 8);
+    tx.commit().await.unwrap();
+    assert_eq!(s.publish("run", None, b"f", 0).await.unwrap(), 9);
+    assert_eq!(s.publish("fresh", None, b"g", 0).await.unwrap(), 1);
+    let events = s.read_since("run", 0, 100).await.unwrap();
+    let got: Vec<(u64, Option<String>, Vec<u8>)> = events
+        .into_iter()
+        .map(|e| (e.offset, e.key, e.payload))
+        .collect();
+    let want: Vec<(u64, Option<String>, Vec<u8>)> = [
+        (1, Some("a0"), "a0"),
+        (2, Some("a1"), "a1"),
+        (3, Some("a2"), "a2"),
+        (4, None, "b"),
+        (5, Some("c0"), "c0"),
+        (6, Some("c1"), "c1"),
+        (7, None, "d"),
+        (8, Some("e"), "e"),
+        (9, None, "f"),
+    ]
+    .into_iter()
+    .map(|(o, k, p)| (o, k.map(String::from), p.as_bytes().to_vec()))
+    .collect();
+    assert_eq!(got, want);
+    assert_eq!(s.info("run").await.unwrap().last, 9);
+    assert!(s.publish_batch("run", &[], 0).await.unwrap().is_empty());
+    assert_eq!(s.publish("run", None, b"h", 0).await.unwrap(), 10);
+}
+
 /// A transaction applies its publishes and saves together, or not at all;
 /// a refusal inside it leaves it usable; after rollback it is finished.
 pub async fn stream_transactions_commit_all_or_nothing(engine: &Arc<dyn Engine>) {

@@ -329,6 +329,67 @@ pub async fn jobs_cancel_and_fail(engine: &dyn Engine) {
     assert!(kept.len() <= crate::jobs::MAX_ERROR_BYTES && kept.ends_with('…'));
 }
 
+/// An ack-batch of the receipts of one claim tells each receipt as it is:
+/// all current and without a group; one acked before; one whose message
+/// was claimed again; messages with and without a group together (a group
+/// whose last message is acked leaves the round).
+pub async fn jobs_ack_batch_of_one_claim_tells_each_receipt(engine: &dyn Engine) {
+    use crate::queue::Settled::{Done, Gone, Stale};
+    let q = Queue::open(engine, "jobs-ack-claim").await.unwrap();
+    let receipts =
+        |got: &[Delivery]| -> Vec<String> { got.iter().map(|d| d.receipt.clone()).collect() };
+    let send = |body: &'static str, group: Option<&'static str>| {
+        let q = &q;
+        async move {
+            let o = with(|o| o.group = group.map(String::from));
+            q.send_with(&text(body), &o, 0).await.unwrap();
+        }
+    };
+    for m in ["a0", "a1", "a2"] {
+        send(m, None).await;
+    }
+    let r = receipts(&q.claim(3, Some(1_000), None, 0).await.unwrap());
+    let batch = [r[0].clone(), r[1].clone(), r[2].clone(), r[1].clone()];
+    assert_eq!(q.ack_batch(&batch).await.unwrap(), [Done, Done, Done, Gone]);
+
+    for m in ["b0", "b1", "b2"] {
+        send(m, None).await;
+    }
+    let r = receipts(&q.claim(3, Some(1_000), None, 0).await.unwrap());
+    q.ack(&r[1]).await.unwrap();
+    assert_eq!(q.ack_batch(&r).await.unwrap(), [Done, Gone, Done]);
+
+    for m in ["c0", "c1", "c2"] {
+        send(m, None).await;
+    }
+    let got = q.claim(3, Some(10), None, 0).await.unwrap();
+    let r = receipts(&got);
+    let again = q.claim(1, Some(1_000), None, 20).await.unwrap();
+    assert_eq!(names(&again), ["c0"]);
+    assert_eq!(q.ack_batch(&r).await.unwrap(), [Stale, Done, Done]);
+    q.ack(&again[0].receipt).await.unwrap();
+
+    send("g0", Some("G")).await;
+    send("u0", None).await;
+    send("h0", Some("H")).await;
+    send("g1", Some("G")).await;
+    let got = q.claim(10, Some(1_000), None, 30).await.unwrap();
+    let mut heads = names(&got);
+    heads.sort();
+    assert_eq!(heads, ["g0", "h0", "u0"]);
+    assert_eq!(q.stats(30).await.unwrap().groups, 2);
+    assert_eq!(
+        q.ack_batch(&receipts(&got)).await.unwrap(),
+        [Done, Done, Done]
+    );
+    // H is empty and left the round; G goes on with its next message.
+    assert_eq!(q.stats(30).await.unwrap().groups, 1);
+    let next = q.claim(10, Some(1_000), None, 40).await.unwrap();
+    assert_eq!(names(&next), ["g1"]);
+    assert_eq!(q.ack_batch(&receipts(&next)).await.unwrap(), [Done]);
+    assert_eq!(q.stats(40).await.unwrap().groups, 0);
+}
+
 /// A group has one message in flight at a time, in send order; groups and
 /// the messages without a group take turns, the one served longest ago
 /// first; a retried head parks its group; a group's priority is the

@@ -87,6 +87,7 @@ macro_rules! conformance_tests {
                 jobs_expired_messages_end_in_the_dead_letters,
                 jobs_cancel_and_fail,
                 jobs_groups_take_turns_one_in_flight_each,
+                jobs_ack_batch_of_one_claim_tells_each_receipt,
                 jobs_claims_look_past_parked_groups_and_count_burials,
                 jobs_stats_count_delays_groups_and_dead_letters,
                 jobs_listing_pages_the_live_messages_by_id,

@@ -541,10 +541,6 @@ fn send_sqlite(c: &Connection, text: &str, group: Option<&str>) -> rusqlite::Res
     Ok(())
 }
 
-/// The `localqueue.v2` claim on stock SQLite, statement for statement as
-/// the engine runs it (the round, the lane's due messages or each group's
-/// head, the claim, the moves in the round); `(id, uuid, body, attempt)`
-/// per message claimed, in claim order.
 /// alk's publish statements (docs/formats/localstream.v1.md) on SQLite,
 /// inside the caller's write transaction.
 fn publish_sqlite(c: &Connection, name: &str, payload: &[u8]) -> rusqlite::Result<i64> {
@@ -569,6 +565,10 @@ fn publish_sqlite(c: &Connection, name: &str, payload: &[u8]) -> rusqlite::Resul
     Ok(offset)
 }
 
+/// The `localqueue.v2` claim on stock SQLite, statement for statement as
+/// the engine runs it (the round, the lane's due messages or each group's
+/// head, the claim, the moves in the round); `(id, uuid, body, attempt)`
+/// per message claimed, in claim order.
 fn claim_sqlite(qc: &Connection, max: i64, visibility: i64) -> Vec<(i64, String, String, i64)> {
     immediate(qc, |c| {
         let now = now_ms();

@@ -498,31 +498,55 @@ INDEXED BY idx_results_expiry WHERE expires_at <= ?1 LIMIT ?2)";
 pub const PUT_BACK: &str = "UPDATE messages SET ready_at = -1 - ready_at WHERE id IN (SELECT id FROM messages \
 INDEXED BY idx_messages_claimed WHERE ready_at < 0 AND visible_at <= ?1 ORDER BY visible_at LIMIT ?2) \
 AND ready_at < 0";
-/// `localqueue.v4`'s plain claim: [`CLAIM_PLAIN_V3`] over
-/// `idx_messages_waiting`, which holds only messages not claimed, so the
-/// walk never passes over messages in flight; a claimed message's ready
-/// time is negated (and returned as it was). It claims nothing while a
-/// delivery made before it has lapsed (one seek of `idx_messages_claimed`),
-/// so the claim puts those back ([`PUT_BACK`]) only when there are any.
-pub const CLAIM_PLAIN_V4: &str = "UPDATE messages SET visible_at = ?1, attempt = attempt + 1, receipt_handle = ?2, \
-ready_at = -1 - ready_at WHERE id IN (SELECT id FROM messages INDEXED BY idx_messages_waiting \
-WHERE group_key IS NULL AND ready_at >= 0 AND priority >= ?3 AND visible_at <= ?4 \
-ORDER BY priority DESC, ready_at, id LIMIT ?5) AND ready_at >= 0 \
-AND (expires_at IS NULL OR expires_at > ?4) AND (max_attempts IS NULL OR attempt < max_attempts) \
+/// `localqueue.v4`'s plain claim, first of its two statements: the first
+/// `?3` waiting messages without a group in claim order (priority `?1` or
+/// more, due at `?2`), read from `idx_messages_waiting`, which holds only
+/// messages not claimed, so the walk never passes over messages in flight.
+/// It reads nothing while the queue has a group, a cap or a rate, or while
+/// a delivery has lapsed (one seek of `idx_messages_claimed`: the claim then
+/// puts those back with [`PUT_BACK`] and walks the round). The candidates
+/// that are fit for delivery (not expired, attempts left) are then claimed
+/// with [`TAKE_V4`] or [`TAKE_IDS_V4`]; the others are left as they are,
+/// for the walk to move to the dead letters.
+pub const PLAIN_PICK_V4: &str = "SELECT id, payload_type, payload_data, attempt, priority, max_attempts, expires_at \
+FROM messages INDEXED BY idx_messages_waiting \
+WHERE group_key IS NULL AND ready_at >= 0 AND priority >= ?1 AND visible_at <= ?2 \
 AND NOT EXISTS (SELECT 1 FROM message_groups WHERE group_key > '') \
 AND NOT EXISTS (SELECT 1 FROM queue_limits WHERE max_in_flight IS NOT NULL OR rate_capacity IS NOT NULL) \
-AND NOT EXISTS (SELECT 1 FROM messages INDEXED BY idx_messages_claimed WHERE ready_at < 0 AND visible_at <= ?4 \
-AND receipt_handle IS NOT ?2) \
-RETURNING id, payload_type, payload_data, attempt, priority, -1 - ready_at, max_attempts";
+AND NOT EXISTS (SELECT 1 FROM messages INDEXED BY idx_messages_claimed WHERE ready_at < 0 AND visible_at <= ?2) \
+ORDER BY priority DESC, ready_at, id LIMIT ?3";
+/// `localqueue.v4`'s claim of waiting message `?3` for one delivery (the
+/// plain claim's), without returning it: its ready time negated, which
+/// moves it from `idx_messages_waiting` to `idx_messages_claimed`.
+pub const TAKE_V4: &str = "UPDATE messages SET visible_at = ?1, attempt = attempt + 1, receipt_handle = ?2, \
+ready_at = -1 - ready_at WHERE id = ?3";
+/// [`TAKE_V4`] for the waiting messages of the JSON array of ids `?3`.
+/// `OR FAIL`: nothing it sets can break a constraint (the `NOT NULL`
+/// columns get values, no `CHECK` and no unique index covers a column it
+/// sets), and a statement that writes several rows and cannot abort
+/// halfway spares the engine a copy of every page it touches (turso's
+/// statement journal); an engine error rolls back the whole transaction.
+pub const TAKE_IDS_V4: &str = "UPDATE OR FAIL messages SET visible_at = ?1, attempt = attempt + 1, receipt_handle = ?2, \
+ready_at = -1 - ready_at WHERE id IN (SELECT value FROM json_each(?3))";
+/// [`TAKE_V4`] for a message the walk picked, which may be claimed already
+/// (a group's head whose delivery lapsed): a negated ready time is kept.
+/// With `CASE` rather than `min()`: turso keeps the statement journal for
+/// any statement that calls a function, whatever its `OR`.
+pub const RETAKE_V4: &str = "UPDATE messages SET visible_at = ?1, attempt = attempt + 1, receipt_handle = ?2, \
+ready_at = CASE WHEN ready_at < 0 THEN ready_at ELSE -1 - ready_at END WHERE id = ?3";
+/// [`RETAKE_V4`] for the messages of the JSON array of ids `?3`, `OR FAIL`
+/// as [`TAKE_IDS_V4`].
+pub const RETAKE_IDS_V4: &str = "UPDATE OR FAIL messages SET visible_at = ?1, attempt = attempt + 1, receipt_handle = ?2, \
+ready_at = CASE WHEN ready_at < 0 THEN ready_at ELSE -1 - ready_at END WHERE id IN (SELECT value FROM json_each(?3))";
 /// `localqueue.v4`: [`DUE`] over `idx_messages_waiting`.
 pub const DUE_V4: &str = "SELECT id, attempt, max_attempts, expires_at FROM messages INDEXED BY idx_messages_waiting \
 WHERE group_key IS NULL AND ready_at >= 0 AND priority >= ?1 AND visible_at <= ?2 \
 ORDER BY priority DESC, ready_at, id LIMIT ?3";
-/// `localqueue.v4`: [`CLAIM_IDS`], the ready times negated (a message
-/// whose time is negated already keeps it).
-pub const CLAIM_IDS_V4: &str = "UPDATE messages SET visible_at = ?1, attempt = attempt + 1, receipt_handle = ?2, \
-ready_at = min(ready_at, -1 - ready_at) WHERE id IN (SELECT value FROM json_each(?3)) \
-RETURNING id, payload_type, payload_data, attempt, priority, group_key, max_attempts";
+/// `localqueue.v4`: what the deliveries of the walk's picks (the JSON
+/// array of ids `?1`) carry, read before [`RETAKE_V4`] or
+/// [`RETAKE_IDS_V4`] claims them.
+pub const PICKED_V4: &str = "SELECT id, payload_type, payload_data, attempt, priority, group_key, max_attempts \
+FROM messages WHERE id IN (SELECT value FROM json_each(?1))";
 /// `localqueue.v4`: [`NACK`], the message put back at once.
 pub const NACK_V4: &str = "UPDATE messages SET visible_at = ?3, ready_at = max(ready_at, -1 - ready_at) \
 WHERE id = ?1 AND receipt_handle = ?2";
@@ -657,6 +681,12 @@ fn serde_json_array(pairs: &[(i64, &str)]) -> String {
         .iter()
         .map(|(id, uuid)| format!("[{id},\"{uuid}\"]"))
         .collect();
+    format!("[{}]", items.join(","))
+}
+
+/// `[id, …]`, a JSON array of ids, for `json_each`.
+fn json_ids<T: std::fmt::Display>(ids: impl IntoIterator<Item = T>) -> String {
+    let items: Vec<String> = ids.into_iter().map(|id| id.to_string()).collect();
     format!("[{}]", items.join(","))
 }
 
@@ -964,11 +994,12 @@ async fn next_due_on(conn: &Connection, now: i64) -> Result<Option<i64>, Failure
 }
 
 /// A `localqueue.v2`/`v3`/`v4` claim, inside its transaction: the plain
-/// claim first ([`CLAIM_PLAIN`], one statement), and the walk of the round
-/// ([`claim_v3_on`], [`claim_v2_on`]) only for what it could not take: a
-/// queue with groups or limits, a candidate to move to the dead letters, or
-/// fewer due messages than asked for. Both take candidates in the same
-/// order, so the messages claimed are those the walk alone would claim.
+/// claim first ([`CLAIM_PLAIN`], one statement; on v4 [`plain_claim_v4`],
+/// a read and an update), and the walk of the round ([`claim_v3_on`],
+/// [`claim_v2_on`]) only for what it could not take: a queue with groups or
+/// limits, a candidate to move to the dead letters, or fewer due messages
+/// than asked for. Both take candidates in the same order, so the messages
+/// claimed are those the walk alone would claim.
 async fn claim_jobs_on(
     conn: &Connection,
     path: &Path,
@@ -976,11 +1007,120 @@ async fn claim_jobs_on(
     claim: &Claim<'_>,
     max: u32,
 ) -> Result<Vec<Delivery>, Failure> {
-    let sql = match (claim.v4, v3) {
-        (true, _) => CLAIM_PLAIN_V4,
-        (false, true) => CLAIM_PLAIN_V3,
-        (false, false) => CLAIM_PLAIN,
+    let mut out = if claim.v4 {
+        plain_claim_v4(conn, path, claim, max).await?
+    } else {
+        plain_claim(conn, path, v3, claim, max).await?
     };
+    if out.len() < max as usize {
+        if claim.v4 && out.is_empty() {
+            // The plain claim takes nothing while a delivery has lapsed:
+            // those go back to the waiting messages first, so the walk
+            // claims them in their place of the order, as on v2 and v3.
+            // (When it took some, none had lapsed.)
+            exec(conn, PUT_BACK, (claim.now, CLAIM_WORK as i64)).await?;
+        }
+        let left = max - out.len() as u32;
+        out.extend(if v3 {
+            claim_v3_on(conn, path, claim, left).await?
+        } else {
+            claim_v2_on(conn, path, claim, left, &mut Grouped::plain()).await?
+        });
+    }
+    Ok(out)
+}
+
+/// `localqueue.v4`'s plain claim: the candidates read in claim order
+/// ([`PLAIN_PICK_V4`]), then those fit for delivery claimed ([`take_v4`]),
+/// statements that return nothing. A candidate that is not fit (expired,
+/// attempts used up) is left as it is, for the walk to move to the dead
+/// letters.
+async fn plain_claim_v4(
+    conn: &Connection,
+    path: &Path,
+    claim: &Claim<'_>,
+    max: u32,
+) -> Result<Vec<Delivery>, Failure> {
+    let mut rows = query(
+        conn,
+        PLAIN_PICK_V4,
+        (claim.floor, claim.now, i64::from(max)),
+    )
+    .await?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next().await? {
+        let id = row.get::<i64>(0)?;
+        let attempt = row.get::<i64>(3)?;
+        let max_attempts = int_or_null(&row, 5)?;
+        let expires_at = int_or_null(&row, 6)?;
+        if unfit(attempt, max_attempts, expires_at, claim.now).is_some() {
+            continue;
+        }
+        out.push(Delivery {
+            id: id as u64,
+            payload: payload_at(&row, 1, 2, path, id)?,
+            receipt: format!("{id}:{}", claim.uuid),
+            attempt: count(attempt.saturating_add(1)),
+            priority: i32::try_from(row.get::<i64>(4)?).unwrap_or(0),
+            group: None,
+            max_attempts: max_attempts.map(count),
+        });
+    }
+    drop(rows);
+    let ids: Vec<i64> = out.iter().map(|d| d.id as i64).collect();
+    take_v4(conn, path, claim, &ids, false).await?;
+    Ok(out)
+}
+
+/// Claims the messages `ids` read under this transaction's write lock
+/// (`localqueue.v4`): waiting messages with [`TAKE_V4`] or [`TAKE_IDS_V4`],
+/// the walk's picks (`picked`) with [`RETAKE_V4`] or [`RETAKE_IDS_V4`].
+async fn take_v4(
+    conn: &Connection,
+    path: &Path,
+    claim: &Claim<'_>,
+    ids: &[i64],
+    picked: bool,
+) -> Result<(), Failure> {
+    let (one_sql, many_sql) = if picked {
+        (RETAKE_V4, RETAKE_IDS_V4)
+    } else {
+        (TAKE_V4, TAKE_IDS_V4)
+    };
+    let taken = match ids {
+        [] => 0,
+        [one] => exec(conn, one_sql, (claim.visible_until, claim.uuid, *one)).await?,
+        many => {
+            let json = json_ids(many);
+            exec(
+                conn,
+                many_sql,
+                (claim.visible_until, claim.uuid, json.as_str()),
+            )
+            .await?
+        }
+    };
+    // Nothing else can have changed them since they were read.
+    if taken != ids.len() as u64 {
+        return Err(Failure::Alk(AlkError::Internal(format!(
+            "{}: a claim took {taken} of the {} messages it read",
+            path.display(),
+            ids.len()
+        ))));
+    }
+    Ok(())
+}
+
+/// The plain claim of a `localqueue.v2`/`v3` file ([`CLAIM_PLAIN`],
+/// [`CLAIM_PLAIN_V3`]), one statement.
+async fn plain_claim(
+    conn: &Connection,
+    path: &Path,
+    v3: bool,
+    claim: &Claim<'_>,
+    max: u32,
+) -> Result<Vec<Delivery>, Failure> {
+    let sql = if v3 { CLAIM_PLAIN_V3 } else { CLAIM_PLAIN };
     let mut rows = query(
         conn,
         sql,
@@ -1014,23 +1154,7 @@ async fn claim_jobs_on(
     drop(rows);
     // In claim order (the statement returns rows in any order).
     out.sort_by_key(|(order, _)| *order);
-    let mut out: Vec<Delivery> = out.into_iter().map(|(_, d)| d).collect();
-    if out.len() < max as usize {
-        if claim.v4 && out.is_empty() {
-            // The plain claim takes nothing while a delivery has lapsed:
-            // those go back to the waiting messages first, so the walk
-            // claims them in their place of the order, as on v2 and v3.
-            // (When it took some, none but its own had lapsed.)
-            exec(conn, PUT_BACK, (claim.now, CLAIM_WORK as i64)).await?;
-        }
-        let left = max - out.len() as u32;
-        out.extend(if v3 {
-            claim_v3_on(conn, path, claim, left).await?
-        } else {
-            claim_v2_on(conn, path, claim, left, &mut Grouped::plain()).await?
-        });
-    }
-    Ok(out)
+    Ok(out.into_iter().map(|(_, d)| d).collect())
 }
 
 /// The `localqueue.v3` claim, inside its transaction: the queue's limits
@@ -1254,16 +1378,16 @@ async fn claim_v2_on(
             }
         }
         if !picks.is_empty() {
-            let ids = format!(
-                "[{}]",
-                picks
-                    .iter()
-                    .map(|i| i.to_string())
-                    .collect::<Vec<_>>()
-                    .join(",")
-            );
-            let sql = if v4 { CLAIM_IDS_V4 } else { CLAIM_IDS };
-            let mut rows = query(conn, sql, (visible_until, uuid, ids.as_str())).await?;
+            let ids = json_ids(&picks);
+            // v4 reads the deliveries, then claims them without returning
+            // rows; v2 and v3 return them from the claim. The attempt read
+            // before the claim is one less.
+            let (mut rows, read_before) = if v4 {
+                (query(conn, PICKED_V4, (ids.as_str(),)).await?, 1)
+            } else {
+                let params = (visible_until, uuid, ids.as_str());
+                (query(conn, CLAIM_IDS, params).await?, 0)
+            };
             let mut claimed = std::collections::HashMap::new();
             while let Some(row) = rows.next().await? {
                 let id = row.get::<i64>(0)?;
@@ -1273,7 +1397,7 @@ async fn claim_v2_on(
                         id: id as u64,
                         payload: payload_at(&row, 1, 2, path, id)?,
                         receipt: format!("{id}:{uuid}"),
-                        attempt: count(row.get::<i64>(3)?),
+                        attempt: count(row.get::<i64>(3)?.saturating_add(read_before)),
                         priority: i32::try_from(row.get::<i64>(4)?).unwrap_or(0),
                         group: text_or_null(&row, 5)?,
                         max_attempts: int_or_null(&row, 6)?.map(count),
@@ -1281,6 +1405,12 @@ async fn claim_v2_on(
                 );
             }
             drop(rows);
+            if v4 {
+                // Each participant is looked at once per round and its
+                // messages picked once: the ids are distinct, so the
+                // update changes as many rows as there are picks.
+                take_v4(conn, path, claim, &picks, true).await?;
+            }
             // In the order picked (the statement returns rows in any order).
             out.extend(picks.iter().filter_map(|id| claimed.remove(id)));
         }
@@ -1820,14 +1950,7 @@ impl QueueEngine for QueueStore {
             return Ok(AckedBatch::default());
         }
         let v2 = self.is_v2().await?;
-        let ids_json = format!(
-            "[{}]",
-            pairs
-                .iter()
-                .map(|(id, _)| id.to_string())
-                .collect::<Vec<_>>()
-                .join(",")
-        );
+        let ids_json = json_ids(pairs.iter().map(|(id, _)| id));
         // Receipts of one claim share its UUID: the simpler statement. Any
         // mix: the general one, pairs of id and UUID.
         let shared = pairs
@@ -2555,7 +2678,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_plain_claim_is_one_statement_as_on_v1_and_limits_or_groups_take_the_walk() {
+    async fn a_plain_claim_costs_no_walk_and_limits_or_groups_take_the_walk() {
         let dir = tempfile::tempdir().unwrap();
         let msgs: Vec<Payload> = (0..20).map(|i| text(&format!("m{i}"))).collect();
         // What a claim costs on v1 (its transaction's statements too).
@@ -2577,8 +2700,8 @@ mod tests {
             assert_eq!(got.unwrap().len(), max as usize);
             assert_eq!(n, on_v1, "a plain claim of {max} on v3");
         }
-        // On v4, exactly v1's too: lapsed deliveries are looked for inside
-        // the claim statement.
+        // On v4, one more: the candidates are read (lapsed deliveries are
+        // looked for in the same statement), then claimed by their ids.
         let q = queue(dir.path()).await;
         assert!(q.is_v4().await.unwrap());
         q.send(&msgs, &Stamp::plain(0), 0).await.unwrap();
@@ -2586,11 +2709,11 @@ mod tests {
         q.claim(1, 1_000, None, 0).await.unwrap();
         let (got, n) = statements_of(q.claim(1, 1_000, None, 0)).await;
         assert_eq!(got.unwrap().len(), 1);
-        assert_eq!(n, on_v1, "a plain claim of one");
+        assert_eq!(n, on_v1 + 1, "a plain claim of one");
         let (got, n) = statements_of(q.claim(8, 1_000, None, 0)).await;
         let got = got.unwrap();
         assert_eq!(got.len(), 8);
-        assert_eq!(n, on_v1, "a plain claim of eight");
+        assert_eq!(n, on_v1 + 1, "a plain claim of eight");
         // In claim order, one UUID for the claim.
         let ids: Vec<u64> = got.iter().map(|d| d.id).collect();
         assert_eq!(ids, (3..=10).collect::<Vec<u64>>());
@@ -2600,7 +2723,7 @@ mod tests {
         // finds there is nothing more; together what the walk alone takes.
         let (got, n) = statements_of(q.claim(100, 1_000, None, 0)).await;
         assert_eq!(got.unwrap().len(), 10);
-        assert!(n > on_v1);
+        assert!(n > on_v1 + 1);
         // A cap on the queue: the walk, which applies it.
         q.send(&msgs, &Stamp::plain(0), 0).await.unwrap();
         q.set_limits(&limited(|l| l.max_in_flight = Some(21)))
@@ -2608,13 +2731,13 @@ mod tests {
             .unwrap();
         let (got, n) = statements_of(q.claim(8, 1_000, None, 0)).await;
         assert_eq!(got.unwrap().len(), 1, "20 in flight, a cap of 21");
-        assert!(n > on_v1);
+        assert!(n > on_v1 + 1);
         // A group: the walk, which takes turns.
         q.set_limits(&QueueLimits::default()).await.unwrap();
         q.send(&[text("g")], &grouped("a", 0), 0).await.unwrap();
         let (got, n) = statements_of(q.claim(1, 1_000, None, 0)).await;
         assert_eq!(got.unwrap().len(), 1);
-        assert!(n > on_v1);
+        assert!(n > on_v1 + 1);
     }
 
     #[tokio::test]
@@ -2634,6 +2757,42 @@ mod tests {
         assert_eq!(q.stats(100).await.unwrap().dead, 1);
         let got = q.claim(5, 1_000, None, 100).await.unwrap();
         assert_eq!(got.iter().map(|d| d.id).collect::<Vec<_>>(), vec![4]);
+    }
+
+    #[tokio::test]
+    async fn a_plain_claim_of_several_passes_over_unfit_candidates_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let q = queue(dir.path()).await;
+        let mut once = Stamp::plain(0);
+        once.max_attempts = Some(1);
+        let mut expiring = Stamp::plain(0);
+        expiring.expires_at = Some(50);
+        q.send(&[text("a")], &once, 0).await.unwrap();
+        q.send(&[text("b")], &Stamp::plain(0), 0).await.unwrap();
+        q.send(&[text("c")], &expiring, 0).await.unwrap();
+        q.send(&[text("d"), text("e")], &Stamp::plain(0), 0)
+            .await
+            .unwrap();
+        // a delivered once and given back: waiting, its one attempt spent.
+        let a = q.claim(1, 1_000, None, 0).await.unwrap();
+        assert_eq!((a[0].id, a[0].attempt), (1, 1));
+        assert_eq!(q.nack(&r(&a[0].receipt), 0).await.unwrap(), Settled::Done);
+        // At 100, of the first four in claim order a is spent and c
+        // expired: the plain claim takes b and d (one update of both) and
+        // leaves those two, which the walk moves to the dead letters before
+        // it fills the slots left with e, as the walk alone would have it.
+        let got = q.claim(4, 1_000, None, 100).await.unwrap();
+        let seen: Vec<(u64, u32, Option<u32>)> = got
+            .iter()
+            .map(|d| (d.id, d.attempt, d.max_attempts))
+            .collect();
+        assert_eq!(seen, [(2, 1, None), (4, 1, None), (5, 1, None)]);
+        assert_eq!(q.stats(100).await.unwrap().dead, 2);
+        assert!(q.claim(4, 1_000, None, 100).await.unwrap().is_empty());
+        // Each claimed once, under the claim's receipt.
+        for d in &got {
+            assert_eq!(q.ack(&r(&d.receipt)).await.unwrap(), Settled::Done);
+        }
     }
 
     #[tokio::test]
@@ -3538,9 +3697,13 @@ mod tests {
                 ("DDL_V4", DDL_V4),
                 ("UPGRADE_V4", UPGRADE_V4),
                 ("PUT_BACK", PUT_BACK),
-                ("CLAIM_PLAIN_V4", CLAIM_PLAIN_V4),
+                ("PLAIN_PICK_V4", PLAIN_PICK_V4),
+                ("TAKE_V4", TAKE_V4),
+                ("TAKE_IDS_V4", TAKE_IDS_V4),
+                ("RETAKE_V4", RETAKE_V4),
+                ("RETAKE_IDS_V4", RETAKE_IDS_V4),
                 ("DUE_V4", DUE_V4),
-                ("CLAIM_IDS_V4", CLAIM_IDS_V4),
+                ("PICKED_V4", PICKED_V4),
                 ("IN_FLIGHT_V4", IN_FLIGHT_V4),
                 ("NACK_V4", NACK_V4),
                 ("NEXT_DUE", NEXT_DUE),
@@ -3569,22 +3732,30 @@ mod tests {
         for (sql, params, index) in [
             (PUT_BACK, vec![i(0), i(10)], "idx_messages_claimed"),
             (
-                CLAIM_PLAIN_V4,
-                vec![i(1), t("u"), i(0), i(0), i(10)],
+                PLAIN_PICK_V4,
+                vec![i(0), i(0), i(10)],
                 "idx_messages_waiting",
             ),
             // Its guard against lapsed deliveries: one seek.
             (
-                CLAIM_PLAIN_V4,
-                vec![i(1), t("u"), i(0), i(0), i(10)],
+                PLAIN_PICK_V4,
+                vec![i(0), i(0), i(10)],
                 "idx_messages_claimed",
             ),
-            (DUE_V4, vec![i(0), i(0), i(10)], "idx_messages_waiting"),
+            (TAKE_V4, vec![i(1), t("u"), i(1)], "INTEGER PRIMARY KEY"),
+            (RETAKE_V4, vec![i(1), t("u"), i(1)], "INTEGER PRIMARY KEY"),
             (
-                CLAIM_IDS_V4,
+                RETAKE_IDS_V4,
                 vec![i(1), t("u"), t("[1]")],
                 "INTEGER PRIMARY KEY",
             ),
+            (
+                TAKE_IDS_V4,
+                vec![i(1), t("u"), t("[1]")],
+                "INTEGER PRIMARY KEY",
+            ),
+            (DUE_V4, vec![i(0), i(0), i(10)], "idx_messages_waiting"),
+            (PICKED_V4, vec![t("[1]")], "INTEGER PRIMARY KEY"),
             (IN_FLIGHT_V4, vec![i(0), i(10)], "idx_messages_claimed"),
             (NACK_V4, vec![i(1), t("u"), i(0)], "INTEGER PRIMARY KEY"),
             (NEXT_DUE, vec![], "idx_messages_group_due"),
@@ -3702,6 +3873,45 @@ mod tests {
         for d in &got {
             assert_eq!(q.ack(&r(&d.receipt)).await.unwrap(), Settled::Stale);
         }
+    }
+
+    #[tokio::test]
+    async fn the_walks_claim_keeps_a_negated_ready_time_and_negates_a_waiting_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let q = queue(dir.path()).await;
+        q.send(&[text("a"), text("b"), text("c")], &Stamp::plain(10), 10)
+            .await
+            .unwrap();
+        // Message 1 claimed: its ready time negated, -1 - 10.
+        assert_eq!(q.claim(1, 100, None, 10).await.unwrap()[0].id, 1);
+        let retake = |sql: &'static str, ids: &'static str| {
+            q.store.run_write(move |conn: Connection| {
+                Box::pin(async move {
+                    let n = if ids.starts_with('[') {
+                        exec(&conn, sql, (500, "u", ids)).await?
+                    } else {
+                        exec(&conn, sql, (500, "u", ids.parse::<i64>().unwrap())).await?
+                    };
+                    Ok(n)
+                })
+            })
+        };
+        // Claimed and waiting, one by one and together: a negated time is
+        // kept, a waiting one negated; every row gets the new delivery.
+        assert_eq!(retake(RETAKE_V4, "1").await.unwrap(), 1);
+        assert_eq!(retake(RETAKE_IDS_V4, "[1,2]").await.unwrap(), 2);
+        assert_eq!(retake(RETAKE_V4, "3").await.unwrap(), 1);
+        let rows = crate::stream::tests::sql_rows(
+            &q.store,
+            "SELECT id, ready_at, attempt, visible_at, receipt_handle FROM messages ORDER BY id",
+        )
+        .await;
+        let row = |id: i64, attempt: i64| {
+            format!(
+                "Integer({id}) | Integer(-11) | Integer({attempt}) | Integer(500) | Text(\"u\")"
+            )
+        };
+        assert_eq!(rows, [row(1, 3), row(2, 1), row(3, 1)]);
     }
 
     /// The earliest due time of any message, read from every row.

@@ -12,7 +12,10 @@
 #![allow(dead_code)]
 
 use std::collections::HashMap;
-use std::process::{Command, ExitStatus, Stdio};
+use std::fs::File;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// What to run.
@@ -84,13 +87,70 @@ struct Done {
     stderr: String,
 }
 
-fn wait(who: String, child: std::process::Child) -> Done {
-    let out = child.wait_with_output().expect("wait for a mix process");
-    Done {
-        who,
-        status: out.status,
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+/// The processes of one run, each writing its output to two files of
+/// `dir`; whatever is still running when this is dropped (a panic) is
+/// killed, and `dir` is removed.
+struct Procs {
+    dir: PathBuf,
+    running: Vec<Option<(String, Child)>>,
+}
+
+impl Procs {
+    fn new() -> Procs {
+        static RUNS: AtomicU64 = AtomicU64::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "alk-mix-{}-{}",
+            std::process::id(),
+            RUNS.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create the mix's output folder");
+        Procs {
+            dir,
+            running: Vec::new(),
+        }
+    }
+
+    fn file(&self, i: usize, stream: &str) -> PathBuf {
+        self.dir.join(format!("{i}.{stream}"))
+    }
+
+    /// Starts `cmd` as process `who`; its number, for [`Procs::wait`].
+    fn start(&mut self, who: String, mut cmd: Command) -> usize {
+        let i = self.running.len();
+        let create = |path: PathBuf| File::create(path).expect("create a mix output file");
+        let child = cmd
+            .stdout(create(self.file(i, "out")))
+            .stderr(create(self.file(i, "err")))
+            .spawn()
+            .expect("start a mix process");
+        self.running.push(Some((who, child)));
+        i
+    }
+
+    /// Waits for process `i` to exit and reads what it wrote.
+    fn wait(&mut self, i: usize) -> Done {
+        let (who, mut child) = self.running[i].take().expect("a process waited for once");
+        let status = child.wait().expect("wait for a mix process");
+        let read = |path: PathBuf| {
+            String::from_utf8_lossy(&std::fs::read(path).unwrap_or_default()).into_owned()
+        };
+        Done {
+            who,
+            status,
+            stdout: read(self.file(i, "out")),
+            stderr: read(self.file(i, "err")),
+        }
+    }
+}
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for (_, child) in self.running.iter_mut().flatten() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -98,42 +158,45 @@ fn wait(who: String, child: std::process::Child) -> Done {
 pub fn run(mix: &Mix, command: &dyn Fn(&Role) -> Command) -> Outcome {
     let mut outcome = Outcome::default();
     let started = Instant::now();
-    let spawn = |role: &Role| {
-        command(role)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start a mix process")
-    };
-    let workers: Vec<(String, std::process::Child)> = (0..mix.workers)
+    // Output goes to files, read when a process has exited: a worker
+    // prints a line per message, and a pipe nobody reads until the end
+    // would fill and stop it; nor does reading it as it comes wake this
+    // process once per message while the mix runs.
+    let mut procs = Procs::new();
+    let workers: Vec<usize> = (0..mix.workers)
         .map(|i| {
             let name = format!("w{i}");
-            let role = Role::Worker {
-                batch: mix.batch,
-                name: name.clone(),
-            };
-            (name, spawn(&role))
+            let who = format!("worker {name}");
+            procs.start(
+                who,
+                command(&Role::Worker {
+                    batch: mix.batch,
+                    name,
+                }),
+            )
         })
         .collect();
-    let producers: Vec<(String, std::process::Child)> = (0..mix.producers)
+    let producers: Vec<(String, usize)> = (0..mix.producers)
         .map(|i| {
             let tag = format!("p{i}");
             let role = Role::Producer {
                 tag: tag.clone(),
                 ms: mix.produce.as_millis() as u64,
             };
-            (tag, spawn(&role))
+            let n = procs.start(format!("producer {tag}"), command(&role));
+            (tag, n)
         })
         .collect();
     let mut done: Vec<Done> = Vec::new();
     let mut sent: HashMap<String, u64> = HashMap::new();
-    for (tag, child) in producers {
-        let d = wait(format!("producer {tag}"), child);
+    for (tag, n) in producers {
+        let d = procs.wait(n);
         sent.insert(tag, num(field(&d.stdout, "sent ").first()));
         done.push(d);
     }
     // One stop per worker, queued after everything the producers sent.
-    let stop = wait("stop".into(), spawn(&Role::Stop { count: mix.workers }));
+    let n = procs.start("stop".into(), command(&Role::Stop { count: mix.workers }));
+    let stop = procs.wait(n);
     if !stop.status.success() {
         outcome.problems.push(format!(
             "sending stop failed: {}{}",
@@ -142,8 +205,8 @@ pub fn run(mix: &Mix, command: &dyn Fn(&Role) -> Command) -> Outcome {
     }
     let mut seen: HashMap<String, u32> = HashMap::new();
     let mut p50s = Vec::new();
-    for (name, child) in workers {
-        let d = wait(format!("worker {name}"), child);
+    for n in workers {
+        let d = procs.wait(n);
         for line in d.stdout.lines() {
             if let Some(rest) = line.strip_prefix("got ") {
                 let mut parts = rest.split_whitespace();

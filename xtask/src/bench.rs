@@ -1,7 +1,10 @@
 //! `cargo xtask bench`: measures the host and writes `docs/benchmarks.md`.
 //!
-//! Every figure is measured in the run that writes the file, on this
-//! machine, and the file says how (command, runs, spread).
+//! Every figure it writes is measured in the run that writes the file, on
+//! this machine, and the file says how (command, runs, spread). The
+//! sections that `bench throughput` and `bench instructions` write, and
+//! those written by hand, name their own command and machine; a full run
+//! keeps them.
 
 use std::fmt::Write as _;
 use std::io::{BufRead, BufReader};
@@ -1153,8 +1156,8 @@ fn run_with(root: &Path, host_bin: &Path, wasmtime: &Path, b: &Bench) -> Result<
     let w = wakes(&host)?;
     let mut md = String::new();
     writeln!(md, "# Benchmarks\n").unwrap();
-    writeln!(md, "Written by `cargo xtask bench` on {}. Every figure below comes from the run that wrote this file;", machine()).unwrap();
-    md.push_str("rerun the command to regenerate it. The host is the `alk-host` binary of the default build (dependencies optimized),\nguests are release builds. Benchmarks never run as tests: nothing in `cargo xtask test` asserts on time.\n\n## Operations\n\n");
+    writeln!(md, "Written by `cargo xtask bench` on {}. Every figure below comes from the run that wrote this file,", machine()).unwrap();
+    md.push_str("except in the sections that name another command or machine (a full run keeps those); rerun the command to\nregenerate it. The host is the `alk-host` binary of the default build (dependencies optimized), guests are release\nbuilds. Benchmarks never run as tests: nothing in `cargo xtask test` asserts on time.\n\n## Operations\n\n");
     writeln!(md, "Each cell is operations per second: the median of {RUNS} runs, with the slowest and fastest run in brackets,").unwrap();
     md.push_str("all measured side by side in this one run. Every run starts on a fresh data directory. Columns:\n\n- **alk guest**: the `bench-guest` guest calling the WIT interface in a loop, timed inside the guest:\n  `alk-host run --durability <d> target/guests/bench-guest.wasm --data-dir D -- <op> <n> <tag>`;\n- **turso direct**: the same statements through alk's storage layer called from Rust in one process — same SQL, same\n  connection strategy (pooled connections, cached prepared statements), no guest and no host glue:\n  `target/debug/alk-bench op turso <d> <op> <n> <tag> D`;\n- **SQLite**: the same statements on stock SQLite (rusqlite, bundled SQLite, WAL, one connection with cached\n  statements, `synchronous` FULL for full durability, NORMAL for relaxed): `target/debug/alk-bench op sqlite <d> <op> <n> <tag> D`;\n- **alk ÷ turso**: the host's overhead, turso-direct median over alk-guest median (1.00 = none).\n\nPayloads and values are 100 bytes. Several processes: each runs the operation `ops per run` times (the queue drain\nrow: the processes share one preloaded queue until it is empty); the figure is all operations over the span from the\nfirst start to the last end.\n\n");
     ops_table(&mut md, "kv — one process, full durability", "", &kv);
@@ -1319,9 +1322,98 @@ fn run_with(root: &Path, host_bin: &Path, wasmtime: &Path, b: &Bench) -> Result<
         &b.postgres_url,
     )?);
     let path = root.join("docs/benchmarks.md");
+    let md = match std::fs::read_to_string(&path) {
+        Ok(old) => keep_sections(&old, &md),
+        Err(_) => md,
+    };
     std::fs::write(&path, md).map_err(|e| e.to_string())?;
     eprintln!("bench: wrote {}", path.display());
     Ok(())
+}
+
+/// The `### ` sections of a Markdown text, each from its heading to the
+/// next heading of level 1 to 3 outside a fenced code block.
+fn sections(text: &str) -> Vec<&str> {
+    let mut starts = Vec::new();
+    let (mut at, mut fenced) = (0, false);
+    for line in text.split_inclusive('\n') {
+        if line.starts_with("```") {
+            fenced = !fenced;
+        } else if !fenced && line.starts_with("### ") {
+            starts.push((at, true));
+        } else if !fenced && (line.starts_with("# ") || line.starts_with("## ")) {
+            starts.push((at, false));
+        }
+        at += line.len();
+    }
+    starts.push((text.len(), false));
+    starts
+        .windows(2)
+        .filter(|w| w[0].1)
+        .map(|w| &text[w[0].0..w[1].0])
+        .collect()
+}
+
+/// A section's heading line, without trailing blanks.
+fn title(section: &str) -> &str {
+    section.lines().next().unwrap_or("").trim_end()
+}
+
+/// `new` (a full run's file) with the `### ` sections of `old` that it
+/// lacks — those `bench throughput` and `bench instructions` write, and
+/// those written by hand — put back before the Postgres section, in their
+/// order: a full run does not lose them. Each one kept is named on
+/// stderr, so a table the run stopped writing is seen, not kept unnoticed.
+pub(crate) fn keep_sections(old: &str, new: &str) -> String {
+    let have: std::collections::HashSet<&str> = sections(new).into_iter().map(title).collect();
+    let mut kept = String::new();
+    for section in sections(old) {
+        if !have.contains(title(section)) {
+            eprintln!("bench: kept from the old file: {}", title(section));
+            kept.push_str(section.trim_end());
+            kept.push_str("\n\n");
+        }
+    }
+    if kept.is_empty() {
+        return new.to_string();
+    }
+    match new.find("### Postgres engine") {
+        Some(at) => format!("{}{kept}{}", &new[..at], &new[at..]),
+        None => format!("{}\n\n{kept}", new.trim_end()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_full_run_keeps_the_sections_it_does_not_write_in_their_order() {
+        let old = "# B\n\n## Operations\n\n### kv\n\nold kv\n\n### Throughput — a\n\nhand a\n\n\
+                   ### Throughput — b\n\nhand b\n\n### Postgres engine\n\nold pg\n\n## Start-up\n\nold start\n";
+        let new = "# B\n\n## Operations\n\n### kv\n\nnew kv\n\n### Postgres engine\n\nnew pg\n\n## Start-up\n\nnew start\n";
+        assert_eq!(
+            super::keep_sections(old, new),
+            "# B\n\n## Operations\n\n### kv\n\nnew kv\n\n### Throughput — a\n\nhand a\n\n\
+             ### Throughput — b\n\nhand b\n\n### Postgres engine\n\nnew pg\n\n## Start-up\n\nnew start\n"
+        );
+        assert_eq!(
+            super::keep_sections(new, new),
+            new,
+            "nothing to keep: the run's file as it is"
+        );
+    }
+
+    #[test]
+    fn a_kept_section_keeps_its_subsections_and_code_and_a_title_matches_without_trailing_blanks() {
+        let old = "## Operations\n\n### kv \n\nold kv\n\n### Hand\n\ntext\n\n#### Detail\n\nmore\n\n\
+                   ```\n# not a heading\n```\n\n## Start-up\n\nold start";
+        let new = "## Operations\n\n### kv\n\nnew kv\n\n## Start-up\n\nnew start\n";
+        assert_eq!(
+            super::keep_sections(old, new),
+            "## Operations\n\n### kv\n\nnew kv\n\n## Start-up\n\nnew start\n\n\
+             ### Hand\n\ntext\n\n#### Detail\n\nmore\n\n```\n# not a heading\n```\n\n",
+            "no Postgres section: kept at the end"
+        );
+    }
 }
 
 /// `cargo xtask bench serve`: measures only the `serve` rows and puts them

@@ -2,8 +2,9 @@
 //! formats side by side (`localqueue.v1` and the default), batch claims,
 //! single publishes and the mixed workload at 1+1, 4+2 and 8+4 processes,
 //! each against another `alk-host` binary (an earlier build) when one is
-//! given — all in one sitting, the variants taking turns run by run, so a
-//! change in the machine's speed touches every column alike.
+//! given, and the mix also on stock SQLite — all in one run, the
+//! variants taking turns run by run, so a change in the machine's speed
+//! touches every column alike.
 //!
 //! Prints the two tables and puts them in place in `docs/benchmarks.md`.
 
@@ -102,20 +103,42 @@ fn op_once(v: &Variant, guests: &Path, op: &str, n: usize) -> Result<f64> {
     Ok(r.n / (r.elapsed_us / 1e6))
 }
 
+/// What runs the mix: an `alk-host` (default queue format) or stock
+/// SQLite through `alk-bench`.
+enum Mixer<'a> {
+    Alk(&'a Path),
+    Sqlite(&'a Path),
+}
+
 /// Messages per second and CPU seconds per 1,000 messages of one run of
 /// the mix.
-fn mix_once(v: &Variant, guests: &Path, cfg: &mix::Mix) -> Result<(f64, f64)> {
+fn mix_once(mixer: &Mixer, guests: &Path, cfg: &mix::Mix) -> Result<(f64, f64)> {
     let dir = fresh_dir("throughput-mix")?;
     let soak = guests.join("soak.wasm");
-    let command = |role: &mix::Role| guest_command(v, &soak, &dir, &soak_args(role, Some("jobs")));
+    let command = |role: &mix::Role| match mixer {
+        Mixer::Alk(bin) => {
+            let v = Variant { bin, v1: false };
+            guest_command(&v, &soak, &dir, &soak_args(role, Some("jobs")))
+        }
+        Mixer::Sqlite(native) => {
+            let mut c = Command::new(native);
+            c.args(["mix", "sqlite", "relaxed"])
+                .args(soak_args(role, None))
+                .arg(&dir);
+            c
+        }
+    };
+    let shown = match mixer {
+        Mixer::Alk(bin) => format!("the mix on {}", bin.display()),
+        Mixer::Sqlite(native) => format!("the SQLite mix ({})", native.display()),
+    };
     let cpu0 = children_cpu();
     let out = mix::run(cfg, &command);
     let used = children_cpu() - cpu0;
     let _ = std::fs::remove_dir_all(&dir);
     if !out.problems.is_empty() {
         return Err(format!(
-            "the mix on {} was not clean: {}",
-            v.bin.display(),
+            "{shown} was not clean: {}",
             out.problems.join("; ")
         ));
     }
@@ -132,9 +155,9 @@ fn sorted(v: &[f64]) -> Vec<f64> {
     s
 }
 
-/// Runs the benchmark: `host` is this build's `alk-host`, `baseline` an
-/// earlier one.
-pub fn run(host: &Path, baseline: Option<&Path>) -> Result<()> {
+/// Runs the benchmark: `host` is this build's `alk-host`, `native` its
+/// `alk-bench`, `baseline` an earlier `alk-host`.
+pub fn run(host: &Path, native: &Path, baseline: Option<&Path>) -> Result<()> {
     let guests = crate::target_dir().join("guests");
     for guest in ["bench-guest", "soak"] {
         let _ = Command::new(host)
@@ -229,18 +252,44 @@ pub fn run(host: &Path, baseline: Option<&Path>) -> Result<()> {
     writeln!(
         mixes,
         "### {MIX_TITLE}\n\n\
-         The soak's mix (see *Mixed workload* below) at three sizes, default queue format: messages per second \
-         (median of {RUNS} runs, slowest–fastest), CPU seconds of all processes per 1,000 messages (median), and \
-         the rate over the rate at 1 worker + 1 producer.\n"
+         The same run, `cargo xtask bench throughput{}` on {}: the soak's mix (see *Mixed workload* below) at \
+         three sizes, default queue format, and the same mix on stock SQLite (`alk-bench mix sqlite relaxed …`: \
+         the same steps and statements from Rust, though a SQLite worker with nothing to receive polls every \
+         millisecond instead of waiting to be woken), the columns taking turns run by run: messages per second \
+         (median of {RUNS} runs, slowest–fastest), CPU seconds of all processes per 1,000 messages (median), the \
+         rate over the rate at 1 worker + 1 producer (**rate ÷ 1+1**) and the CPU per message over that at 1 + 1 \
+         (**CPU ÷ 1+1**).{}\n",
+        if baseline.is_some() {
+            " --baseline <earlier alk-host>"
+        } else {
+            ""
+        },
+        machine(),
+        if baseline.is_some() {
+            " **before**: the `alk-host` given as the baseline."
+        } else {
+            ""
+        }
     )
     .unwrap();
-    if baseline.is_some() {
-        mixes.push_str("| processes | messages/s | CPU-s per 1,000 | ÷ 1+1 | before messages/s | before CPU-s per 1,000 | before ÷ 1+1 |\n|---|---|---|---|---|---|---|\n");
-    } else {
-        mixes.push_str("| processes | messages/s | CPU-s per 1,000 | ÷ 1+1 |\n|---|---|---|---|\n");
+    let mut columns: Vec<(&str, Mixer)> = vec![("", Mixer::Alk(host))];
+    if let Some(b) = baseline {
+        columns.push(("before ", Mixer::Alk(b)));
     }
-    let mixed: Vec<&Variant> = variants.iter().filter(|v| !v.v1).collect();
-    let mut first: Vec<f64> = vec![0.0; mixed.len()];
+    columns.push(("SQLite ", Mixer::Sqlite(native)));
+    mixes.push_str("| processes |");
+    for (prefix, _) in &columns {
+        write!(
+            mixes,
+            " {prefix}messages/s | {prefix}CPU-s per 1,000 | {prefix}rate ÷ 1+1 | {prefix}CPU ÷ 1+1 |"
+        )
+        .unwrap();
+    }
+    mixes.push_str("\n|---|");
+    mixes.push_str(&"---|---|---|---|".repeat(columns.len()));
+    mixes.push('\n');
+    // Each column's rate and CPU at the first size (1 + 1).
+    let mut first: Vec<Option<(f64, f64)>> = vec![None; columns.len()];
     for (workers, producers, secs) in MIXES {
         eprintln!("bench: mix, {workers} workers + {producers} producers");
         let cfg = mix::Mix {
@@ -249,11 +298,11 @@ pub fn run(host: &Path, baseline: Option<&Path>) -> Result<()> {
             produce: std::time::Duration::from_secs(*secs),
             batch: 1,
         };
-        let mut rate: Vec<Vec<f64>> = vec![Vec::new(); mixed.len()];
-        let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); mixed.len()];
+        let mut rate: Vec<Vec<f64>> = vec![Vec::new(); columns.len()];
+        let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); columns.len()];
         for _ in 0..RUNS {
-            for (i, v) in mixed.iter().enumerate() {
-                let (r, c) = mix_once(v, &guests, &cfg)?;
+            for (i, (_, mixer)) in columns.iter().enumerate() {
+                let (r, c) = mix_once(mixer, &guests, &cfg)?;
                 rate[i].push(r);
                 cpu[i].push(c);
             }
@@ -263,17 +312,16 @@ pub fn run(host: &Path, baseline: Option<&Path>) -> Result<()> {
             "| {workers} workers + {producers} producers, {secs} s |"
         )
         .unwrap();
-        for i in 0..mixed.len() {
-            let m = median(&rate[i]);
-            if first[i] == 0.0 {
-                first[i] = m;
-            }
+        for i in 0..columns.len() {
+            let (m, c) = (median(&rate[i]), median(&cpu[i]));
+            let (m1, c1) = *first[i].get_or_insert((m, c));
             write!(
                 mixes,
-                " {} | {:.2} | {:.2} |",
+                " {} | {:.2} | {:.2} | {:.2} |",
                 fmt_ops(&sorted(&rate[i])),
-                median(&cpu[i]),
-                m / first[i]
+                c,
+                m / m1,
+                c / c1
             )
             .unwrap();
         }

@@ -649,6 +649,7 @@ fn bench_throughput_cmd(args: &[String]) -> Result<()> {
     run(cargo().current_dir(root()).args(WORKSPACE_BUILD))?;
     bench_throughput::run(
         &crate::target_dir().join("debug/alk-host"),
+        &crate::target_dir().join("debug/alk-bench"),
         baseline.as_deref(),
     )
 }

@@ -551,21 +551,29 @@ fn with_bench<T>(
 /// section, else at the end.
 pub(crate) fn put_section(path: &Path, title: &str, table: &str) -> Result<()> {
     let old = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+    std::fs::write(path, with_section(&old, title, table)).map_err(|e| e.to_string())
+}
+
+/// `text` with `table` in place of its section `### {title}` (as
+/// [`sections`] bounds it), else before the Postgres section, else at the
+/// end.
+fn with_section(text: &str, title: &str, table: &str) -> String {
     let heading = format!("### {title}");
-    let new = match old.find(&heading) {
-        Some(at) => {
-            let rest = &old[at + heading.len()..];
-            let end = rest
-                .find("\n### ")
-                .map_or(old.len(), |e| at + heading.len() + e + 1);
-            format!("{}{table}{}", &old[..at], &old[end..])
-        }
-        None => match old.find("### Postgres engine") {
-            Some(at) => format!("{}{table}{}", &old[..at], &old[at..]),
-            None => format!("{}\n\n{table}", old.trim_end()),
-        },
-    };
-    std::fs::write(path, new).map_err(|e| e.to_string())
+    match sections(text)
+        .into_iter()
+        .find(|r| title_of(&text[r.clone()]) == heading.trim_end())
+    {
+        Some(r) => format!("{}{table}{}", &text[..r.start], &text[r.end..]),
+        None => before_postgres(text, table),
+    }
+}
+
+/// `text` with `insert` before its Postgres section, else at the end.
+fn before_postgres(text: &str, insert: &str) -> String {
+    match text.find("### Postgres engine") {
+        Some(at) => format!("{}{insert}{}", &text[..at], &text[at..]),
+        None => format!("{}\n\n{insert}", text.trim_end()),
+    }
 }
 
 /// The title and note of the queue-limits table.
@@ -1331,9 +1339,9 @@ fn run_with(root: &Path, host_bin: &Path, wasmtime: &Path, b: &Bench) -> Result<
     Ok(())
 }
 
-/// The `### ` sections of a Markdown text, each from its heading to the
-/// next heading of level 1 to 3 outside a fenced code block.
-fn sections(text: &str) -> Vec<&str> {
+/// Where the `### ` sections of a Markdown text are, each from its heading
+/// to the next heading of level 1 to 3 outside a fenced code block.
+fn sections(text: &str) -> Vec<std::ops::Range<usize>> {
     let mut starts = Vec::new();
     let (mut at, mut fenced) = (0, false);
     for line in text.split_inclusive('\n') {
@@ -1350,12 +1358,12 @@ fn sections(text: &str) -> Vec<&str> {
     starts
         .windows(2)
         .filter(|w| w[0].1)
-        .map(|w| &text[w[0].0..w[1].0])
+        .map(|w| w[0].0..w[1].0)
         .collect()
 }
 
 /// A section's heading line, without trailing blanks.
-fn title(section: &str) -> &str {
+fn title_of(section: &str) -> &str {
     section.lines().next().unwrap_or("").trim_end()
 }
 
@@ -1365,11 +1373,15 @@ fn title(section: &str) -> &str {
 /// order: a full run does not lose them. Each one kept is named on
 /// stderr, so a table the run stopped writing is seen, not kept unnoticed.
 pub(crate) fn keep_sections(old: &str, new: &str) -> String {
-    let have: std::collections::HashSet<&str> = sections(new).into_iter().map(title).collect();
+    let have: std::collections::HashSet<&str> = sections(new)
+        .into_iter()
+        .map(|r| title_of(&new[r]))
+        .collect();
     let mut kept = String::new();
-    for section in sections(old) {
-        if !have.contains(title(section)) {
-            eprintln!("bench: kept from the old file: {}", title(section));
+    for r in sections(old) {
+        let section = &old[r];
+        if !have.contains(title_of(section)) {
+            eprintln!("bench: kept from the old file: {}", title_of(section));
             kept.push_str(section.trim_end());
             kept.push_str("\n\n");
         }
@@ -1377,10 +1389,7 @@ pub(crate) fn keep_sections(old: &str, new: &str) -> String {
     if kept.is_empty() {
         return new.to_string();
     }
-    match new.find("### Postgres engine") {
-        Some(at) => format!("{}{kept}{}", &new[..at], &new[at..]),
-        None => format!("{}\n\n{kept}", new.trim_end()),
-    }
+    before_postgres(new, &kept)
 }
 
 #[cfg(test)]
@@ -1399,6 +1408,26 @@ mod tests {
             super::keep_sections(new, new),
             new,
             "nothing to keep: the run's file as it is"
+        );
+    }
+
+    #[test]
+    fn a_put_section_replaces_only_its_own_section_matched_by_its_whole_title() {
+        let text = "## Operations\n\n### Mix\n\nold\n\n### Mix by policy\n\nother\n\n\
+                    ### Last\n\nold last\n\n## Start-up\n\nstart\n";
+        assert_eq!(
+            super::with_section(text, "Mix", "### Mix\n\nnew\n\n"),
+            text.replace("\nold\n", "\nnew\n")
+        );
+        assert_eq!(
+            super::with_section(text, "Last", "### Last\n\nnew last\n\n"),
+            text.replace("old last", "new last"),
+            "the last section ends at the next level-2 heading"
+        );
+        assert_eq!(
+            super::with_section(text, "New", "### New\n\nrows\n"),
+            format!("{}\n\n### New\n\nrows\n", text.trim_end()),
+            "no such section and no Postgres section: at the end"
         );
     }
 

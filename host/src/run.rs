@@ -117,8 +117,20 @@ impl AlkView for RunState {
 pub struct Runner {
     pub(crate) engine: Engine,
     pub(crate) linker: Linker<RunState>,
-    /// Started by the first run with a time limit; ticks the epoch.
+    /// Started by the first run with a time limit, on a single-threaded
+    /// runtime, or beside another run; ticks the epoch.
     ticker: std::sync::OnceLock<()>,
+    /// Runs of this runner in progress.
+    running: std::sync::atomic::AtomicUsize,
+}
+
+/// Counts a run in progress while it exists.
+struct Running<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
 }
 
 impl Runner {
@@ -180,12 +192,14 @@ impl Runner {
             engine,
             linker,
             ticker: std::sync::OnceLock::new(),
+            running: std::sync::atomic::AtomicUsize::new(0),
         })
     }
 
-    /// Starts the epoch ticker, once. Only runs with a time limit need it,
-    /// and a runner without one stays free of periodic wake-ups (an idle
-    /// host uses no CPU). It holds a weak engine reference and ends with
+    /// Starts the epoch ticker, once. Only runs with a time limit, runs on
+    /// a single-threaded runtime and runs beside another run need it, and
+    /// a runner without them stays free of periodic wake-ups (an idle host
+    /// uses no CPU). It holds a weak engine reference and ends with
     /// the runner's engine.
     pub(crate) fn start_ticker(&self) {
         self.ticker.get_or_init(|| {
@@ -236,6 +250,10 @@ impl Runner {
         opts: &RunOptions,
     ) -> wasmtime::Result<RunOutcome> {
         crate::kind::require(self.kind(component), Kind::Command)?;
+        let others = self
+            .running
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        let _running = Running(&self.running);
         let mut wasi = guest_wasi(&opts.env, &opts.dirs, &opts.network)?;
         wasi.arg(program);
         wasi.args(&opts.args);
@@ -268,21 +286,20 @@ impl Runner {
                 store.set_epoch_deadline(1);
                 store.epoch_deadline_async_yield_and_update(1);
             }
-            None if single_threaded() => {
-                // One thread runs the guest and the engine's background work
-                // (transaction watchdogs, wakes, connections): a guest that
-                // computes without calling the host yields every 10 ticks
-                // (100 ms), so that work is never held up for longer.
-                self.start_ticker();
+            None => {
+                // Guests that share the runtime's threads (one thread, or
+                // several guests of this runner at once) must not hold them:
+                // one that computes without calling the host yields every
+                // 10 ticks (100 ms), so the engine's background work
+                // (transaction watchdogs, wakes, connections) and the other
+                // guests are never held up for longer. Alone on a
+                // multi-threaded runtime, nothing ticks unless another run
+                // started the ticker, and the guest keeps going.
+                if single_threaded() || others > 0 {
+                    self.start_ticker();
+                }
                 store.set_epoch_deadline(10);
                 store.epoch_deadline_async_yield_and_update(10);
-            }
-            None => {
-                // No limit: the epoch may tick for other runs of this
-                // runner; this guest then yields to the executor now and
-                // then and keeps going.
-                store.set_epoch_deadline(100);
-                store.epoch_deadline_async_yield_and_update(100);
             }
         }
 

@@ -14,6 +14,7 @@ mod guest_limits;
 mod guest_recipes;
 mod hello;
 mod hostile;
+mod instances;
 mod jobs;
 mod keyvalue;
 mod kills;

@@ -108,6 +108,9 @@ fn op_once(v: &Variant, guests: &Path, op: &str, n: usize) -> Result<f64> {
 enum Mixer<'a> {
     Alk(&'a Path),
     Sqlite(&'a Path),
+    /// An `alk-host` running the workers as instances of one process and
+    /// the producers as instances of another (`--instances`).
+    Instances(&'a Path),
 }
 
 /// Messages per second and CPU seconds per 1,000 messages of one run of
@@ -115,22 +118,27 @@ enum Mixer<'a> {
 fn mix_once(mixer: &Mixer, guests: &Path, cfg: &mix::Mix) -> Result<(f64, f64)> {
     let dir = fresh_dir("throughput-mix")?;
     let soak = guests.join("soak.wasm");
-    let command = |role: &mix::Role| match mixer {
-        Mixer::Alk(bin) => {
-            let v = Variant { bin, v1: false };
-            guest_command(&v, &soak, &dir, &soak_args(role, Some("jobs")))
-        }
-        Mixer::Sqlite(native) => {
-            let mut c = Command::new(native);
+    let (bin, sqlite) = match mixer {
+        Mixer::Alk(bin) => (*bin, false),
+        Mixer::Sqlite(native) => (*native, true),
+        Mixer::Instances(host) => return mix_instances_once(host, &soak, &dir, cfg),
+    };
+    let command = |role: &mix::Role| {
+        if sqlite {
+            let mut c = Command::new(bin);
             c.args(["mix", "sqlite", "relaxed"])
                 .args(soak_args(role, None))
                 .arg(&dir);
             c
+        } else {
+            let v = Variant { bin, v1: false };
+            guest_command(&v, &soak, &dir, &soak_args(role, Some("jobs")))
         }
     };
-    let shown = match mixer {
-        Mixer::Alk(bin) => format!("the mix on {}", bin.display()),
-        Mixer::Sqlite(native) => format!("the SQLite mix ({})", native.display()),
+    let shown = if sqlite {
+        format!("the SQLite mix ({})", bin.display())
+    } else {
+        format!("the mix on {}", bin.display())
     };
     let cpu0 = children_cpu();
     let out = mix::run(cfg, &command);
@@ -143,6 +151,111 @@ fn mix_once(mixer: &Mixer, guests: &Path, cfg: &mix::Mix) -> Result<(f64, f64)> 
         ));
     }
     Ok((out.messages_per_s(), used / (out.messages as f64 / 1000.0)))
+}
+
+/// A started process, killed if it is dropped before it is waited for (a
+/// run that failed half-way must not leave workers behind to load the
+/// runs after it).
+struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// [`mix_once`] with two processes: `alk-host run --instances <workers>`
+/// of the worker and `--instances <producers>` of the producer, then the
+/// stop sender. Checks, as the mix does, that every message sent was
+/// received once and acknowledged.
+fn mix_instances_once(host: &Path, soak: &Path, dir: &Path, cfg: &mix::Mix) -> Result<(f64, f64)> {
+    // Output goes to files, read once a process has exited, as in the
+    // mix: reading pipes as they fill would wake this process once per
+    // message while the mix runs.
+    let outputs = fresh_dir("throughput-mix-out")?;
+    // `instances`: how many of the guest one process runs (`None`: one,
+    // without the flag).
+    let start = |instances: Option<usize>, role: &str, args: &[String]| {
+        let out = std::fs::File::create(outputs.join(role)).map_err(|e| e.to_string())?;
+        let mut c = Command::new(host);
+        c.arg("run").args(["--durability", "relaxed"]);
+        if let Some(n) = instances {
+            c.args(["--instances", &n.to_string()]);
+        }
+        c.arg("--cache-dir")
+            .arg(crate::target_dir().join("bench-cache"))
+            .arg(soak)
+            .arg("--data-dir")
+            .arg(dir)
+            .arg("--")
+            .args(args)
+            .stdout(out)
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map(Running)
+            .map_err(|e| format!("cannot start {}: {e}", host.display()))
+    };
+    let finish = |mut child: Running, role: &str| -> Result<String> {
+        let status = child.0.wait().map_err(|e| e.to_string())?;
+        if !status.success() {
+            return Err(format!("the mix's {role} failed with {status}"));
+        }
+        std::fs::read_to_string(outputs.join(role)).map_err(|e| e.to_string())
+    };
+    let words = |w: &[&str]| w.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let cpu0 = children_cpu();
+    let started = std::time::Instant::now();
+    let workers = start(
+        Some(cfg.workers),
+        "workers",
+        &words(&["worker", "jobs", &cfg.batch.to_string(), "w"]),
+    )?;
+    let ms = cfg.produce.as_millis().to_string();
+    let producers = start(
+        Some(cfg.producers),
+        "producers",
+        &words(&["producer", "jobs", "p", &ms]),
+    )?;
+    let produced = finish(producers, "producers")?;
+    let stop = start(
+        None,
+        "stop",
+        &words(&["stop", "jobs", &cfg.workers.to_string()]),
+    )?;
+    finish(stop, "stop")?;
+    let consumed = finish(workers, "workers")?;
+    let elapsed = started.elapsed().as_secs_f64();
+    let used = children_cpu() - cpu0;
+    let _ = std::fs::remove_dir_all(dir);
+    let _ = std::fs::remove_dir_all(&outputs);
+    let sum = |out: &str, key: &str| -> u64 {
+        out.lines()
+            .filter_map(|l| l.strip_prefix(key)?.trim().parse::<u64>().ok())
+            .sum()
+    };
+    let (sent, acked) = (sum(&produced, "sent "), sum(&consumed, "acked "));
+    let mut got = std::collections::HashSet::new();
+    for l in consumed.lines() {
+        if let Some(rest) = l.strip_prefix("got ") {
+            let (payload, attempt) = rest.split_once(' ').unwrap_or((rest, ""));
+            if attempt != "1" {
+                return Err(format!("the instances' mix delivered {payload} again: {l}"));
+            }
+            if !got.insert(payload) {
+                return Err(format!("the instances' mix received {payload} twice"));
+            }
+        }
+    }
+    if acked != sent || got.len() as u64 != sent {
+        return Err(format!(
+            "the instances' mix sent {sent} messages, received {} and acknowledged {acked}",
+            got.len()
+        ));
+    }
+    Ok((sent as f64 / elapsed, used / (sent as f64 / 1000.0)))
 }
 
 fn median(v: &[f64]) -> f64 {
@@ -255,7 +368,9 @@ pub fn run(host: &Path, native: &Path, baseline: Option<&Path>) -> Result<()> {
          The same run, `cargo xtask bench throughput{}` on {}: the soak's mix (see *Mixed workload* below) at \
          three sizes, default queue format, and the same mix on stock SQLite (`alk-bench mix sqlite relaxed …`: \
          the same steps and statements from Rust, though a SQLite worker with nothing to receive polls every \
-         millisecond instead of waiting to be woken), the columns taking turns run by run: messages per second \
+         millisecond instead of waiting to be woken), and alk's mix in two host processes, the workers as instances of \
+         one and the producers as instances of the other (**instances**: `alk-host run --instances <workers> … \
+         worker …` and `alk-host run --instances <producers> … producer …`), the columns taking turns run by run: messages per second \
          (median of {RUNS} runs, slowest–fastest), CPU seconds of all processes per 1,000 messages (median), the \
          rate over the rate at 1 worker + 1 producer (**rate ÷ 1+1**) and the CPU per message over that at 1 + 1 \
          (**CPU ÷ 1+1**).{}\n",
@@ -276,6 +391,7 @@ pub fn run(host: &Path, native: &Path, baseline: Option<&Path>) -> Result<()> {
     if let Some(b) = baseline {
         columns.push(("before ", Mixer::Alk(b)));
     }
+    columns.push(("instances ", Mixer::Instances(host)));
     columns.push(("SQLite ", Mixer::Sqlite(native)));
     mixes.push_str("| processes |");
     for (prefix, _) in &columns {

@@ -39,6 +39,21 @@ pub struct RunCommand {
     #[arg(long, value_enum, value_name = "POLICY", default_value = "batch")]
     scheduling: Scheduling,
 
+    /// Run this many instances of the component at once, in this process
+    /// (1 to 256). Each is told its number in the environment variable
+    /// `ALK_INSTANCE` (0, 1, …) and the count in `ALK_INSTANCES`, and has
+    /// its own limits (memory, open resources, `--timeout`); they share the
+    /// host's stdout, stderr and stdin (which instance reads which bytes of
+    /// stdin is not defined). One that computes without calling the host
+    /// yields every 100 ms. Writers of one process take turns at a store
+    /// without handing its write lock to another process, and commit
+    /// together: workers on one machine do more as instances of one host
+    /// than as one host each. One instance that traps or fails leaves the
+    /// others running; the host exits with the status of the first
+    /// instance, by number, that did not succeed.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
+    instances: Option<u32>,
+
     /// Arguments for the guest, after `--`.
     #[arg(last = true, value_name = "ARGS")]
     args: Vec<String>,
@@ -89,16 +104,83 @@ impl RunCommand {
                 .enable_all()
                 .build()?,
         };
-        let outcome = runtime.block_on(async {
+        let (runner, component, alk) = runtime.block_on(async {
             let alk = self.guest.context().await?;
             let runner = Runner::with_cache(self.guest.cache.dir().as_deref())?;
             let component = runner.load(&self.component)?;
-            runner.run(&component, &program, alk, &opts).await
+            wasmtime::Result::<_>::Ok((runner, component, alk))
         })?;
-        if let RunStatus::Trapped(msg) = &outcome.status {
-            eprintln!("alk-host: guest trapped: {msg}");
+        let Some(n) = self.instances else {
+            let outcome = runtime.block_on(runner.run(&component, &program, alk, &opts))?;
+            if let RunStatus::Trapped(msg) = &outcome.status {
+                eprintln!("alk-host: guest trapped: {msg}");
+            }
+            return Ok(ExitCode::from(outcome.exit_code() as u8));
+        };
+        let opts_of = |i: u32| {
+            let mut opts = opts.clone();
+            opts.env
+                .retain(|(k, _)| k != "ALK_INSTANCE" && k != "ALK_INSTANCES");
+            opts.env.push(("ALK_INSTANCE".into(), i.to_string()));
+            opts.env.push(("ALK_INSTANCES".into(), n.to_string()));
+            opts
+        };
+        // The instances are tasks on the runtime's threads, where their
+        // storage work runs too: a write queued behind another instance's
+        // is handed over inside the process without waking a thread. One
+        // that computes without calling the host yields every 100 ms (see
+        // `Runner::run`).
+        let runner = std::sync::Arc::new(runner);
+        let outcomes = runtime.block_on(async {
+            let tasks: Vec<_> = (0..n)
+                .map(|i| {
+                    let (runner, component, program, alk, opts) = (
+                        runner.clone(),
+                        component.clone(),
+                        program.clone(),
+                        alk.clone(),
+                        opts_of(i),
+                    );
+                    tokio::spawn(async move { runner.run(&component, &program, alk, &opts).await })
+                })
+                .collect();
+            let mut outcomes = Vec::new();
+            for task in tasks {
+                outcomes.push(task.await.unwrap_or_else(|e| {
+                    Err(wasmtime::Error::msg(format!("the instance failed: {e}")))
+                }));
+            }
+            outcomes
+        });
+        // What stops every instance alike (a component that is not a
+        // command, an import alk does not provide) is said once.
+        let errors: Vec<String> = outcomes
+            .iter()
+            .filter_map(|o| o.as_ref().err().map(one_line))
+            .collect();
+        if errors.len() == outcomes.len() && errors.iter().all(|e| *e == errors[0]) {
+            eprintln!("alk-host: error: {}", errors[0]);
+            return Ok(ExitCode::from(HOST_FAILURE));
         }
-        Ok(ExitCode::from(outcome.exit_code() as u8))
+        let mut code = None;
+        for (i, outcome) in outcomes.into_iter().enumerate() {
+            let this = match outcome {
+                Err(e) => {
+                    eprintln!("alk-host: error: instance {i}: {}", one_line(&e));
+                    HOST_FAILURE
+                }
+                Ok(outcome) => {
+                    if let RunStatus::Trapped(msg) = &outcome.status {
+                        eprintln!("alk-host: instance {i}: guest trapped: {msg}");
+                    }
+                    outcome.exit_code() as u8
+                }
+            };
+            if this != 0 && code.is_none() {
+                code = Some(this);
+            }
+        }
+        Ok(ExitCode::from(code.unwrap_or(0)))
     }
 }
 
@@ -195,7 +277,9 @@ enum MigrateWhat {
 
 /// Runs a command's async body on a runtime of two workers; its exit
 /// code, or the one line of its error and [`HOST_FAILURE`].
-pub(super) fn block_on(body: impl std::future::Future<Output = wasmtime::Result<ExitCode>>) -> ExitCode {
+pub(super) fn block_on(
+    body: impl std::future::Future<Output = wasmtime::Result<ExitCode>>,
+) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

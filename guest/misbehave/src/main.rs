@@ -3,6 +3,10 @@
 //! Usage: `misbehave <mode> [args]` with mode one of:
 //! - `write-then-trap [bucket]`: stores `before-trap` = `kept` in `bucket`,
 //!   then panics;
+//! - `trap-as-instance <n>`: panics when it is instance `n` of its host
+//!   (`ALK_INSTANCE`, see `alk-host run --instances`), else prints `done`;
+//! - `loop-below <k>`: an instance numbered below `k` spins forever; the
+//!   others set a key in bucket `misbehave` and print `done`;
 //! - `loop`: spins forever;
 //! - `oom`: allocates until memory runs out;
 //! - `exit <code>`: exits with that code;
@@ -63,6 +67,29 @@ fn main() {
             loop {
                 n = std::hint::black_box(n.wrapping_add(1));
             }
+        }
+        "trap-as-instance" => {
+            if std::env::var("ALK_INSTANCE").as_deref() == Ok(arg(&args, 2)) {
+                panic!("deliberate trap in instance {}", arg(&args, 2));
+            }
+            println!("done");
+        }
+        "loop-below" => {
+            let me: usize = std::env::var("ALK_INSTANCE")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            if me < count(&args, 2) {
+                let mut n: u64 = 0;
+                loop {
+                    n = std::hint::black_box(n.wrapping_add(1));
+                }
+            }
+            let bucket = Bucket::open("misbehave").expect("open bucket");
+            bucket
+                .set(&format!("instance-{me}"), b"done", None)
+                .expect("set");
+            println!("done");
         }
         "loop" => {
             let mut n: u64 = 0;

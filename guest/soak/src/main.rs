@@ -13,6 +13,10 @@
 //!   10th batch also reads the `soak` bucket, every 20th reads the `soak`
 //!   stream, every 50th takes and releases lock `soak`. Prints `acked <n>`.
 //!
+//! Run as one of several instances of one host (`alk-host run
+//! --instances`), a producer or worker appends its number (`ALK_INSTANCE`)
+//! to its `tag` or `name`.
+//!
 //! - `stop <queue> <count>`: sends `count` `stop` messages.
 //!
 //! All print `ops <n>` (every alk call made), `lat <p50> <p99> <max>` (µs
@@ -89,6 +93,11 @@ fn lock_once(stats: &mut Stats, owner: &str) {
     }
 }
 
+/// This instance's number when the host runs several, else empty.
+fn instance() -> String {
+    std::env::var("ALK_INSTANCE").unwrap_or_default()
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -96,6 +105,7 @@ fn main() {
     let mut stats = Stats::default();
     match a.as_slice() {
         ["producer", queue, tag, ms] => {
+            let tag = &format!("{tag}{}", instance());
             let q = stats.call(false, || Queue::open(queue));
             let bucket = stats.call(false, || Bucket::open("soak"));
             let until = Instant::now() + std::time::Duration::from_millis(num(ms));
@@ -119,7 +129,7 @@ fn main() {
         ["worker", queue, batch, name] => {
             let q = stats.call(false, || Queue::open(queue));
             let bucket = stats.call(false, || Bucket::open("soak"));
-            let me = name.to_string();
+            let me = format!("{name}{}", instance());
             let sub = stats.call(false, || stream::subscribe("soak", &me));
             let (mut acked, mut rounds, mut stopped) = (0u64, 0u64, false);
             while !stopped {

@@ -104,8 +104,8 @@ fn an_instance_that_traps_leaves_the_others_running() {
 
 #[test]
 fn instances_that_compute_forever_do_not_hold_up_the_others() {
-    // Two instances spin without calling the host (as many as this
-    // machine's test runs have cores); the two others write and finish.
+    // Two instances spin without calling the host (as many as the host's
+    // runtime has threads); the two others write and finish.
     let store = Store::dir();
     let mut host = Host(
         alk_host()

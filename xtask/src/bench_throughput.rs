@@ -28,6 +28,8 @@ struct Variant<'a> {
     bin: &'a Path,
     /// `--new-queues v1` when set.
     v1: bool,
+    /// `--instances <n>` when set.
+    instances: Option<usize>,
 }
 
 /// The single-process rows: label, bench-guest op, operations per run,
@@ -74,6 +76,9 @@ fn guest_command(v: &Variant, guest: &Path, data: &Path, args: &[String]) -> Com
     c.arg("run").args(["--durability", "relaxed"]);
     if v.v1 {
         c.args(["--new-queues", "v1"]);
+    }
+    if let Some(n) = v.instances {
+        c.args(["--instances", &n.to_string()]);
     }
     c.arg("--cache-dir")
         .arg(crate::target_dir().join("bench-cache"))
@@ -131,7 +136,11 @@ fn mix_once(mixer: &Mixer, guests: &Path, cfg: &mix::Mix) -> Result<(f64, f64)> 
                 .arg(&dir);
             c
         } else {
-            let v = Variant { bin, v1: false };
+            let v = Variant {
+                bin,
+                v1: false,
+                instances: None,
+            };
             guest_command(&v, &soak, &dir, &soak_args(role, Some("jobs")))
         }
     };
@@ -180,18 +189,12 @@ fn mix_instances_once(host: &Path, soak: &Path, dir: &Path, cfg: &mix::Mix) -> R
     // without the flag).
     let start = |instances: Option<usize>, role: &str, args: &[String]| {
         let out = std::fs::File::create(outputs.join(role)).map_err(|e| e.to_string())?;
-        let mut c = Command::new(host);
-        c.arg("run").args(["--durability", "relaxed"]);
-        if let Some(n) = instances {
-            c.args(["--instances", &n.to_string()]);
-        }
-        c.arg("--cache-dir")
-            .arg(crate::target_dir().join("bench-cache"))
-            .arg(soak)
-            .arg("--data-dir")
-            .arg(dir)
-            .arg("--")
-            .args(args)
+        let v = Variant {
+            bin: host,
+            v1: false,
+            instances,
+        };
+        guest_command(&v, soak, dir, args)
             .stdout(out)
             .stderr(Stdio::inherit())
             .spawn()
@@ -286,15 +289,22 @@ pub fn run(host: &Path, native: &Path, baseline: Option<&Path>) -> Result<()> {
         Variant {
             bin: host,
             v1: true,
+            instances: None,
         },
         Variant {
             bin: host,
             v1: false,
+            instances: None,
         },
     ];
     if let Some(b) = baseline {
-        variants.push(Variant { bin: b, v1: true });
-        variants.push(Variant { bin: b, v1: false });
+        for v1 in [true, false] {
+            variants.push(Variant {
+                bin: b,
+                v1,
+                instances: None,
+            });
+        }
     }
     let mut md = String::new();
     writeln!(

@@ -41,6 +41,14 @@ fn count(args: &[String], i: usize) -> usize {
     })
 }
 
+/// Computes forever without calling the host.
+fn spin() -> ! {
+    let mut n: u64 = 0;
+    loop {
+        n = std::hint::black_box(n.wrapping_add(1));
+    }
+}
+
 /// Says `done`, then waits for the test to let go.
 fn done_and_hold() {
     println!("done");
@@ -63,10 +71,7 @@ fn main() {
                 .expect("publish in a transaction");
             println!("holding");
             std::io::Write::flush(&mut std::io::stdout()).unwrap();
-            let mut n: u64 = 0;
-            loop {
-                n = std::hint::black_box(n.wrapping_add(1));
-            }
+            spin();
         }
         "trap-as-instance" => {
             if std::env::var("ALK_INSTANCE").as_deref() == Ok(arg(&args, 2)) {
@@ -80,10 +85,7 @@ fn main() {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(0);
             if me < count(&args, 2) {
-                let mut n: u64 = 0;
-                loop {
-                    n = std::hint::black_box(n.wrapping_add(1));
-                }
+                spin();
             }
             let bucket = Bucket::open("misbehave").expect("open bucket");
             bucket
@@ -92,10 +94,7 @@ fn main() {
             println!("done");
         }
         "loop" => {
-            let mut n: u64 = 0;
-            loop {
-                n = std::hint::black_box(n.wrapping_add(1));
-            }
+            spin();
         }
         "oom" => {
             let mut hoard: Vec<Vec<u8>> = Vec::new();

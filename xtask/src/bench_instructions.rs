@@ -26,13 +26,28 @@ const TITLE: &str = "Throughput — instructions per operation (callgrind), rela
 
 /// The rows: label, op, `n` (the longer run has `3 n`), whether the queue
 /// format matters. A claim row's queue holds what its op says at the start
-/// and must not run dry in `3 n` (the 3,000 of the first is exactly `3 n`):
-/// the count is over claims from that depth down.
+/// and must not run dry in `3 n` (the 3,000 of the second is exactly
+/// `3 n`): the count is over claims from that depth down. The rows at 500
+/// and at 10,000 waiting count the throughput table's two claims one at a
+/// time: a claim whose cost does not grow with the queue shows the same
+/// count at every depth.
 const ROWS: &[(&str, &str, usize, bool)] = &[
     ("send", "queue-send", 1_000, true),
     (
+        "claim + ack one at a time, 500 waiting at the start",
+        "queue-claim-1-500",
+        150,
+        true,
+    ),
+    (
         "claim + ack one at a time, 3,000 waiting at the start",
         "queue-claim-1-3000",
+        1_000,
+        true,
+    ),
+    (
+        "claim + ack one at a time, 10,000 waiting at the start",
+        "queue-claim-1-10000",
         1_000,
         true,
     ),

@@ -4,22 +4,13 @@
 //! guest then receives the message. The page is saved as a screenshot
 //! (`target/screenshots/dashboard.png`).
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fantoccini::{ClientBuilder, Locator};
 
-use crate::common::{self, Store};
+use crate::common::{self, Killed, Store};
 use crate::operators::{dashboard, populate};
-
-struct Driver(Child);
-
-impl Drop for Driver {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -35,7 +26,7 @@ fn an_operator_redrives_a_dead_letter_in_a_real_browser() {
     populate(&store);
     let d = dashboard(&store, &["--addr", "127.0.0.1:0"]);
     let port = free_port();
-    let driver = Driver(
+    let driver = Killed(
         Command::new("chromedriver")
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())

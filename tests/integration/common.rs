@@ -300,6 +300,30 @@ pub fn finish(child: std::process::Child, who: &str) -> String {
     stdout
 }
 
+/// A child process, killed and reaped when dropped: a failed assertion
+/// must not leave it running, holding a port, a mount or a store.
+pub struct Killed(pub std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl std::ops::Deref for Killed {
+    type Target = std::process::Child;
+    fn deref(&self) -> &std::process::Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Killed {
+    fn deref_mut(&mut self) -> &mut std::process::Child {
+        &mut self.0
+    }
+}
+
 /// A small xorshift generator for the random points of kill and power-cut
 /// loops; its seed comes from the environment variable `seed_var` (to
 /// replay a run) or the clock.

@@ -37,16 +37,6 @@ fn instances_are_numbered_and_counted(store: &Store) {
     assert_eq!(text(&out.stdout).trim(), "(unset)");
 }
 
-/// A host process, killed if a failed assertion leaves it running.
-struct Host(std::process::Child);
-
-impl Drop for Host {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn instances_wait_at_once_and_share_the_stores(store: &Store) {
     let mut host = alk_host()
         .arg("run")
@@ -57,7 +47,7 @@ fn instances_wait_at_once_and_share_the_stores(store: &Store) {
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
-        .map(Host)
+        .map(Killed)
         .expect("spawn alk-host");
     let mut lines = BufReader::new(host.0.stdout.take().unwrap()).lines();
     // All three wait before anything is sent: they run at once.
@@ -107,7 +97,7 @@ fn instances_that_compute_forever_do_not_hold_up_the_others() {
     // Two instances spin without calling the host (as many as the host's
     // runtime has threads); the two others write and finish.
     let store = Store::dir();
-    let mut host = Host(
+    let mut host = Killed(
         alk_host()
             .arg("run")
             .args(["--instances", "4"])

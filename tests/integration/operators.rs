@@ -17,7 +17,7 @@ use alk_host::store::stream::Streams;
 use alk_host::store::{KvLimits, StreamLimits};
 use serde_json::Value;
 
-use crate::common::{self, Store, StoreArgs, alk_host, on_every_engine, text};
+use crate::common::{self, Killed, Store, StoreArgs, alk_host, on_every_engine, text};
 
 fn now() -> i64 {
     std::time::SystemTime::now()
@@ -360,15 +360,8 @@ pub fn http(
 
 /// A running dashboard, stopped when dropped.
 pub struct Dashboard {
-    child: Child,
+    _child: Killed,
     pub addr: SocketAddr,
-}
-
-impl Drop for Dashboard {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// Starts `alk-host dashboard` with `args`; waits for its address.
@@ -391,7 +384,10 @@ pub fn dashboard(store: &(impl StoreArgs + ?Sized), args: &[&str]) -> Dashboard 
         .unwrap_or_else(|| panic!("the dashboard did not start: {first}"));
     // Keep draining its stderr so it never blocks on a full pipe.
     std::thread::spawn(move || for _ in lines {});
-    Dashboard { child, addr }
+    Dashboard {
+        _child: Killed(child),
+        addr,
+    }
 }
 
 /// The samples of a metrics text, by name and labels, read by a

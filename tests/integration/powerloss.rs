@@ -21,7 +21,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -40,7 +40,9 @@ const TXQ: &str = "pltx";
 /// middle of one leaves it out).
 struct Proc {
     who: String,
-    child: Child,
+    /// Killed when dropped: a failing test must not leave processes
+    /// holding the mount.
+    child: Killed,
     lines: Arc<Mutex<Vec<String>>>,
     out: Option<JoinHandle<()>>,
     err: Option<JoinHandle<String>>,
@@ -89,7 +91,7 @@ impl Proc {
         });
         Proc {
             who: who.to_string(),
-            child,
+            child: Killed(child),
             lines,
             out: Some(out),
             err: Some(err),
@@ -117,14 +119,6 @@ impl Proc {
             Some(status.success())
         };
         (lines, err, exited)
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        // A failing test must not leave processes holding the mount.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -6,7 +6,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -14,7 +14,7 @@ use alk_host::{NetworkPolicy, ServeOptions};
 use bytes::Bytes;
 use http_body_util::BodyExt as _;
 
-use crate::common::{self, Store, StoreArgs, alk_host, guest, text};
+use crate::common::{self, Killed, Store, StoreArgs, alk_host, guest, text};
 
 /// One request on a fresh connection: the status and the body (what
 /// arrived of it, when the connection was cut).
@@ -80,7 +80,7 @@ async fn serve_lib(
 
 /// An `alk-host serve` process and what it printed.
 struct Serving {
-    child: Child,
+    child: Killed,
     addr: SocketAddr,
     stderr: Arc<Mutex<String>>,
 }
@@ -126,7 +126,7 @@ impl Serving {
             }
         });
         Serving {
-            child,
+            child: Killed(child),
             addr,
             stderr,
         }
@@ -143,13 +143,6 @@ impl Serving {
         std::thread::sleep(Duration::from_millis(50));
         let printed = self.stderr.lock().unwrap().clone();
         (status, printed)
-    }
-}
-
-impl Drop for Serving {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -1256,7 +1256,7 @@ impl QueueEngine for PgQueue {
         let visible_until = self.inner.clock.to_db(visible_until);
         let floor = floor.unwrap_or(i32::MIN);
         let max = max as usize;
-        let claim = Uuid::new_v4();
+        let claim = Receipt::new_claim();
         // One statement while the queue has no group and no limits, which
         // is all such a queue needs unless a due message must go to the
         // dead letters.

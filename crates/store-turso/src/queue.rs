@@ -1884,7 +1884,7 @@ impl QueueEngine for QueueStore {
                     let v3 = is_v3(format);
                     let v4 = is_v4(format);
                     Box::pin(async move {
-                        let uuid = uuid::Uuid::new_v4().hyphenated().to_string();
+                        let uuid = Receipt::new_claim().hyphenated().to_string();
                         let claim = Claim {
                             visible_until: visible_at,
                             now,
@@ -1904,7 +1904,7 @@ impl QueueEngine for QueueStore {
         self.store
             .run_immediate(|conn: Connection| {
                 Box::pin(async move {
-                    let uuid = uuid::Uuid::new_v4().hyphenated().to_string();
+                    let uuid = Receipt::new_claim().hyphenated().to_string();
                     let mut rows =
                         query(&conn, CLAIM, (visible_at, uuid.as_str(), now, max)).await?;
                     let mut claimed = Vec::new();

@@ -92,6 +92,7 @@ fn transport_of(data_dir: &Path) -> AlkResult<(Wakes, Arc<FileTransport>)> {
                 editing: Default::default(),
                 counted: Default::default(),
                 turn: AtomicU64::new(0),
+                me: std::process::id(),
             });
             (Wakes::new(transport.clone()), transport)
         })
@@ -125,6 +126,9 @@ struct FileTransport {
     counted: Mutex<HashMap<String, usize>>,
     /// Which waiting process a queue's next signal goes to.
     turn: AtomicU64,
+    /// This process's id, read once (each signal would otherwise ask the
+    /// kernel for it).
+    me: u32,
 }
 
 /// The open wake files of this process, least recently used first out.
@@ -138,7 +142,7 @@ static SEQ: AtomicU64 = AtomicU64::new(0);
 
 impl FileTransport {
     fn file_of(&self, topic: &str) -> PathBuf {
-        self.dir.join(format!("{topic}@{}", std::process::id()))
+        self.dir.join(format!("{topic}@{}", self.me))
     }
 
     /// The file `<folder>/<name>` under the wake folder, for reading and
@@ -200,7 +204,7 @@ impl FileTransport {
         let Ok(f) = self.listening_file(topic) else {
             return (Vec::new(), true);
         };
-        let (me, hash) = (std::process::id(), topic_hash(topic));
+        let (me, hash) = (self.me, topic_hash(topic));
         let buf = read_up_to(&f, 8 * (MAX_LISTENING + 1)).unwrap_or_default();
         let (entries, counted) = listening_contents(&buf);
         let mut pids: Vec<u32> = entries
@@ -221,7 +225,7 @@ impl FileTransport {
     fn listen(&self, topic: &str, listening: bool) -> std::io::Result<()> {
         let f = self.listening_file(topic)?;
         self.edit(&f, || {
-            let (me, hash) = (std::process::id(), topic_hash(topic));
+            let (me, hash) = (self.me, topic_hash(topic));
             let buf = read_up_to(&f, 8 * (MAX_LISTENING + 1))?;
             let (entries, counted) = listening_contents(&buf);
             let entries: Vec<(u32, u32)> = entries.collect();
@@ -272,7 +276,7 @@ impl FileTransport {
         let Ok(f) = self.registry_of(topic) else {
             return Vec::new();
         };
-        let me = std::process::id();
+        let me = self.me;
         let buf = read_up_to(&f, 4 * MAX_WAITING).unwrap_or_default();
         buf[..buf.len() - buf.len() % 4]
             .chunks_exact(4)
@@ -286,7 +290,7 @@ impl FileTransport {
     fn register(&self, topic: &str, waiting: bool) -> std::io::Result<()> {
         let f = self.registry_of(topic)?;
         self.edit(&f, || {
-            let me = std::process::id();
+            let me = self.me;
             let buf = read_up_to(&f, 4 * MAX_WAITING)?;
             let slots: Vec<u32> = buf[..buf.len() - buf.len() % 4]
                 .chunks_exact(4)

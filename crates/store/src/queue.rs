@@ -81,6 +81,13 @@ impl Receipt {
         Receipt { id, claim }
     }
 
+    /// A new claim: a random (version 4) UUID from the thread's random
+    /// generator, which the operating system seeds, so that a claim makes no
+    /// system call for it.
+    pub fn new_claim() -> uuid::Uuid {
+        uuid::Builder::from_random_bytes(rand::random()).into_uuid()
+    }
+
     /// The receipt `text` spells, if an engine could have issued it: an id
     /// from 1 to `i64::MAX`, a colon, a UUID in any of its spellings.
     pub fn parse(text: &str) -> Option<Receipt> {

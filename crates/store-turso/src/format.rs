@@ -5,7 +5,7 @@
 //! [`Upgrade`]s from older ones. [`create_schema`] checks a file's marker
 //! through the engine and creates (or completes, or upgrades) its schema.
 
-use turso::Connection;
+use crate::conn::Connection;
 
 /// An on-disk format: the marker stored in `meta` and the DDL that creates
 /// it. The DDL is idempotent (`IF NOT EXISTS`, `INSERT OR IGNORE`).

@@ -32,8 +32,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use rustix::fs::{FlockOperation, flock};
 use tokio::sync::{Mutex, OwnedMutexGuard};
 use tokio::time::Instant;
-use turso::Connection;
 
+use crate::conn::Connection;
 use crate::options::Durability;
 use alk_store::{AlkError, AlkResult};
 

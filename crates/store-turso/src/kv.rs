@@ -19,10 +19,11 @@ use alk_store::limits::Pager;
 
 use alk_store::{AlkError, AlkResult};
 use async_trait::async_trait;
-use turso::{Connection, Value};
+use turso::Value;
 
 use alk_store::kv::Expected;
 
+use crate::conn::Connection;
 use crate::format::Format;
 use crate::options::{NewKv, StoreOptions};
 use crate::retry::{Failure, exec, query};

@@ -38,6 +38,7 @@
 #![deny(missing_docs)]
 
 mod catalog;
+mod conn;
 mod format;
 mod gate;
 pub mod inspect;
@@ -222,7 +223,7 @@ pub(crate) fn assert_document_pins(doc_name: &str, doc: &str, statements: &[(&st
 #[cfg(test)]
 pub(crate) async fn write_sql(store: &Store, sql: &str) {
     store
-        .run_write(|conn: turso::Connection| {
+        .run_write(|conn: crate::conn::Connection| {
             let sql = sql.to_string();
             Box::pin(async move {
                 retry::exec(&conn, &sql, ()).await?;
@@ -238,7 +239,7 @@ pub(crate) async fn write_sql(store: &Store, sql: &str) {
 #[cfg(test)]
 pub(crate) async fn plan_of(store: &Store, sql: &str, params: Vec<turso::Value>) -> String {
     store
-        .run(|conn: turso::Connection| {
+        .run(|conn: crate::conn::Connection| {
             let (sql, params) = (sql.to_string(), params.clone());
             Box::pin(async move {
                 let mut rows = conn

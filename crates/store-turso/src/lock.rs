@@ -13,8 +13,9 @@ use alk_store::lock::{Acquired, Holder, LockEngine};
 use alk_store::rate::{Bucket, RateLimit, Taken};
 use alk_store::{AlkError, AlkResult};
 use async_trait::async_trait;
-use turso::{Connection, Value};
+use turso::Value;
 
+use crate::conn::Connection;
 use crate::format::{Format, Upgrade};
 use crate::options::StoreOptions;
 use crate::retry::{Failure, exec, query};

@@ -15,8 +15,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, Weak};
 
-use turso::{Connection, Database};
+use turso::Database;
 
+use crate::conn::Connection;
 use crate::format::Format;
 use crate::gate::WriteGate;
 use crate::open::OpenLock;

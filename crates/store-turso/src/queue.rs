@@ -27,8 +27,9 @@ use alk_store::queue::{AckedBatch, Delivery, Payload, QueueEngine, QueueStats, R
 use alk_store::rate::{Bucket, RateLimit, Taken, check_take};
 use alk_store::{AlkError, AlkResult};
 use async_trait::async_trait;
-use turso::{Connection, Value};
+use turso::Value;
 
+use crate::conn::Connection;
 use crate::format::Format;
 use crate::options::{NewQueues, StoreOptions};
 use crate::retry::{Failure, exec, query, text_or_null};

@@ -27,8 +27,9 @@ use alk_store::jobs::{Stamp, Unique};
 use alk_store::queue::Payload;
 use alk_store::wake::{Wakes, topics};
 use alk_store::{AlkError, AlkResult};
-use turso::{Connection, Value};
+use turso::Value;
 
+use crate::conn::Connection;
 use crate::queue::{QueueStore, Queues, send_unique_on, send_v2_on};
 use crate::retry::{Failure, exec, query};
 use crate::store::Store;

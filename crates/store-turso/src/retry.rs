@@ -16,9 +16,10 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use rand::Rng;
-use turso::Connection;
 
 use alk_store::{AlkError, AlkResult};
+
+use crate::conn::Connection;
 
 /// How long and how often contended operations are retried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,9 +118,10 @@ pub(crate) async fn rollback(conn: &Connection, store: &std::path::Path) {
 }
 
 /// Runs one of the store's own statements, prepared once per connection
-/// and reused (preparing costs about as much as running a point query;
-/// transaction control included: `BEGIN IMMEDIATE` and `COMMIT` are not
-/// parsed again on every transaction).
+/// and kept on it to run again (see [`crate::conn`]; preparing costs about
+/// as much as running a point query; transaction control included:
+/// `BEGIN IMMEDIATE` and `COMMIT` are not parsed again on every
+/// transaction).
 pub(crate) async fn exec(
     conn: &Connection,
     sql: &str,
@@ -127,7 +129,7 @@ pub(crate) async fn exec(
 ) -> Result<u64, turso::Error> {
     #[cfg(test)]
     STATEMENTS.with(|n| n.set(n.get() + 1));
-    conn.prepare_cached(sql).await?.execute(params).await
+    conn.run(sql, params).await
 }
 
 #[cfg(test)]
@@ -138,15 +140,16 @@ thread_local! {
 }
 
 /// Queries with one of the store's own statements, prepared once per
-/// connection and reused. The caller drains the rows or drops them.
+/// connection and kept on it. The caller drains the rows or drops them;
+/// either way the statement is reset once they are gone.
 pub(crate) async fn query(
     conn: &Connection,
     sql: &str,
     params: impl turso::IntoParams,
-) -> Result<turso::Rows, turso::Error> {
+) -> Result<crate::conn::Rows, turso::Error> {
     #[cfg(test)]
     STATEMENTS.with(|n| n.set(n.get() + 1));
-    conn.prepare_cached(sql).await?.query(params).await
+    conn.rows(sql, params).await
 }
 
 /// Column `i` of `row` as text; `None` for anything else.

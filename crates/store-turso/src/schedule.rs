@@ -11,8 +11,8 @@ use alk_store::jobs::{SendOptions, Stamp};
 use alk_store::schedule::{ScheduleEngine, ScheduleRow};
 use alk_store::{AlkError, AlkResult};
 use async_trait::async_trait;
-use turso::Connection;
 
+use crate::conn::Connection;
 use crate::relay::{Columns, relay_send_on};
 use crate::retry::{Failure, exec, query};
 use crate::stream::StreamStore;

@@ -19,8 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, Weak};
 
-use turso::Connection;
-
+use crate::conn::Connection;
 use crate::format::{Format, Found, create_schema};
 use crate::gate::{Ended, Group, MAX_GROUP, Turn, WriteGuard};
 use crate::inspect::{Contents, inspect};
@@ -604,7 +603,7 @@ impl Store {
     /// A new connection with the busy timeout, cache size and durability
     /// of this store.
     async fn connect(&self, handle: &Handle) -> Result<Connection, turso::Error> {
-        let conn = handle.db.connect()?;
+        let conn = Connection::new(handle.db.connect()?);
         conn.busy_timeout(ENGINE_BUSY_TIMEOUT)?;
         conn.execute(&format!("PRAGMA cache_size = {CACHE_PAGES}"), ())
             .await?;

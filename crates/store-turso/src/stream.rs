@@ -21,8 +21,9 @@ use alk_store::limits::Pager;
 use alk_store::stream::{ConsumerLag, Event, StreamEngine, StreamInfo};
 use alk_store::{AlkError, AlkResult};
 use async_trait::async_trait;
-use turso::{Connection, Value};
+use turso::Value;
 
+use crate::conn::Connection;
 use crate::format::{Format, Upgrade};
 use crate::options::StoreOptions;
 use crate::queue::Queues;

@@ -10,8 +10,8 @@ use alk_store::queue::Payload;
 use alk_store::tx::{TxEngine, TxFailure};
 use alk_store::{AlkError, AlkResult};
 use async_trait::async_trait;
-use turso::Connection;
 
+use crate::conn::Connection;
 use crate::gate::WriteGuard;
 use crate::pool::Handle;
 use crate::relay::{Relay, forget_on, relay_send_on, relay_send_unique_on};

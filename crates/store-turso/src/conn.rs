@@ -19,6 +19,8 @@ use std::collections::HashMap;
 use std::ops::Deref;
 use std::sync::{Arc, Mutex};
 
+use crate::pool::lock;
+
 /// Most statements kept per connection; past it, statements are prepared
 /// for one run (from turso's own cache) and dropped after it.
 pub(crate) const MAX_KEPT: usize = 64;
@@ -156,10 +158,6 @@ impl Rows {
     pub(crate) async fn next(&mut self) -> Result<Option<turso::Row>, turso::Error> {
         self.rows.next().await
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@
 
 use std::collections::HashMap;
 use std::ops::Deref;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::pool::lock;
@@ -30,6 +31,9 @@ pub(crate) const MAX_KEPT: usize = 64;
 pub(crate) struct Connection {
     inner: turso::Connection,
     kept: Kept,
+    /// Set when a statement's reset failed: what that statement had
+    /// started may not have ended, so the connection is not pooled again.
+    broken: Arc<AtomicBool>,
 }
 
 impl Deref for Connection {
@@ -54,7 +58,14 @@ impl Connection {
         Connection {
             inner,
             kept: Default::default(),
+            broken: Default::default(),
         }
+    }
+
+    /// Whether a statement of this connection failed to reset (then the
+    /// connection is dropped instead of going back to its pool).
+    pub(crate) fn is_broken(&self) -> bool {
+        self.broken.load(Ordering::Acquire)
     }
 
     /// The statement for `sql`, lent to one run: the kept one, or one
@@ -66,7 +77,7 @@ impl Connection {
             if let Some(st) = kept.get(sql)
                 && Arc::strong_count(st) == 1
             {
-                return Ok(Lent::kept(st.clone(), self.kept.clone()));
+                return Ok(self.lent(st.clone(), true));
             }
         }
         let st = self.inner.prepare_cached(sql).await?;
@@ -74,9 +85,17 @@ impl Connection {
         if kept.len() < MAX_KEPT && !kept.contains_key(sql) {
             let st = Arc::new(st);
             kept.insert(sql.to_owned(), st.clone());
-            return Ok(Lent::kept(st, self.kept.clone()));
+            return Ok(self.lent(st, true));
         }
-        Ok(Lent::own(st))
+        Ok(self.lent(Arc::new(st), false))
+    }
+
+    fn lent(&self, st: Arc<turso::Statement>, kept: bool) -> Lent {
+        Lent {
+            statement: (*st).clone(),
+            kept: kept.then(|| (st, self.kept.clone())),
+            broken: self.broken.clone(),
+        }
     }
 
     /// Runs `sql` with `params` to its end; the rows changed.
@@ -106,42 +125,38 @@ impl Connection {
     pub(crate) fn kept(&self) -> usize {
         lock(&self.kept).len()
     }
+
+    /// Marks the connection broken, as a failed reset does (for tests).
+    #[cfg(test)]
+    pub(crate) fn break_for_test(&self) {
+        self.broken.store(true, Ordering::Release);
+    }
 }
 
 /// A statement lent to one run, reset when the run is over: what a run
 /// that ended early had started ends there, and the next run starts from
 /// a statement in the state of a new one (dropping a statement resets it
-/// the same way). One whose reset fails is no longer kept.
+/// the same way). When the reset fails or panics, the statement is no
+/// longer kept, the failure is logged and the connection is marked broken.
 struct Lent {
     statement: turso::Statement,
     kept: Option<(Arc<turso::Statement>, Kept)>,
+    broken: Arc<AtomicBool>,
 }
 
 type Kept = Arc<Mutex<HashMap<String, Arc<turso::Statement>>>>;
 
-impl Lent {
-    fn kept(st: Arc<turso::Statement>, map: Kept) -> Lent {
-        Lent {
-            statement: (*st).clone(),
-            kept: Some((st, map)),
-        }
-    }
-
-    fn own(st: turso::Statement) -> Lent {
-        Lent {
-            statement: st,
-            kept: None,
-        }
-    }
-}
-
 impl Drop for Lent {
     fn drop(&mut self) {
         let st = &self.statement;
-        let reset = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| st.reset()));
-        if !matches!(reset, Ok(Ok(())))
-            && let Some((kept, map)) = &self.kept
-        {
+        let failure = match alk_store::panic::contain_sync(|| st.reset()) {
+            Ok(Ok(())) => return,
+            Ok(Err(e)) => e.to_string(),
+            Err(panic) => format!("panicked: {panic}"),
+        };
+        tracing::error!(target: "alk", "a statement could not be reset ({failure}); its connection is dropped");
+        self.broken.store(true, Ordering::Release);
+        if let Some((kept, map)) = &self.kept {
             lock(map).retain(|_, k| !Arc::ptr_eq(k, kept));
         }
     }
@@ -169,9 +184,13 @@ mod tests {
 
     async fn store() -> (tempfile::TempDir, Store) {
         let dir = tempfile::tempdir().unwrap();
-        let s = open_store(&dir.path().join("s.sqlite"), &FORMAT, RetryPolicy::default())
-            .await
-            .unwrap();
+        let s = open_store(
+            &dir.path().join("s.sqlite"),
+            &FORMAT,
+            RetryPolicy::default(),
+        )
+        .await
+        .unwrap();
         (dir, s)
     }
 
@@ -302,5 +321,30 @@ mod tests {
             (vec![true, true, false], vec![1, 2, 10, 11], 2),
             "duplicates refused by both new indexes, one statement kept each"
         );
+    }
+
+    #[tokio::test]
+    async fn a_broken_connection_does_not_go_back_to_the_pool() {
+        let (_dir, s) = store().await;
+        let mut seen = Vec::new();
+        for broken in [false, true, false] {
+            let kept = s
+                .run(move |conn: Connection| {
+                    Box::pin(async move {
+                        let kept = conn.kept();
+                        exec(&conn, INSERT, (1,)).await?;
+                        if broken {
+                            conn.break_for_test();
+                        }
+                        Ok(kept)
+                    })
+                })
+                .await
+                .unwrap();
+            seen.push(kept);
+        }
+        // The first connection comes back to the second operation with its
+        // statement; the third gets a new one.
+        assert_eq!(seen, [0, 1, 0]);
     }
 }

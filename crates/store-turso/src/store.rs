@@ -624,9 +624,10 @@ impl Store {
     }
 
     /// Returns a connection whose operation finished. One left inside a
-    /// transaction is dropped instead.
+    /// transaction, or with a statement that could not be reset, is
+    /// dropped instead.
     pub(crate) fn check_in(&self, handle: &Handle, conn: Connection) {
-        if !matches!(conn.is_autocommit(), Ok(true)) {
+        if conn.is_broken() || !matches!(conn.is_autocommit(), Ok(true)) {
             return;
         }
         let mut idle = lock(&handle.idle[self.inner.durability as usize]);

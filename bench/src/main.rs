@@ -1038,8 +1038,9 @@ fn mix_sqlite(role: &[&str], dir: &Path, relaxed: bool) {
             let batch: i64 = batch.parse().unwrap();
             let (mut acked, mut rounds, mut position, mut stopped) = (0u64, 0u64, 0i64, false);
             while !stopped {
+                // Left out of `write`, as the soak guest's waiting receive is.
                 let got: Vec<(i64, String, String, i64)> =
-                    stats.call(true, || claim_sqlite(&qc, batch, 60_000));
+                    stats.call(false, || claim_sqlite(&qc, batch, 60_000));
                 if got.is_empty() {
                     // No wake-up to wait for: poll, as SQLite queues do.
                     std::thread::sleep(std::time::Duration::from_millis(1));

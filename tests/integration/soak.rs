@@ -59,7 +59,7 @@ fn repeat(mix: &Mix, durability: &str, runs: usize) {
             }
         }
         eprintln!(
-            "soak {durability} {}w+{}p batch {} run {run_no}/{runs}: {} messages, {:.0} msgs/s, {:.0} calls/s, worker p50 {} µs p99 {} µs, worst write {} µs, {} problems",
+            "soak {durability} {}w+{}p batch {} run {run_no}/{runs}: {} messages, {:.0} msgs/s, {:.0} calls/s, worker p50 {} µs p99 {} µs, producer p99 {} µs, worst write {} µs, {} problems",
             mix.workers,
             mix.producers,
             mix.batch,
@@ -68,6 +68,7 @@ fn repeat(mix: &Mix, durability: &str, runs: usize) {
             r.ops as f64 / r.elapsed.as_secs_f64(),
             r.worker_p50,
             r.worker_p99,
+            r.producer_p99,
             r.worst_write,
             r.problems.len()
         );

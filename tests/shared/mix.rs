@@ -51,11 +51,16 @@ pub struct Outcome {
     pub ops: u64,
     /// From the first start to the last exit.
     pub elapsed: Duration,
-    /// Median of the workers' per-process p50 call latency (µs).
+    /// Median of the workers' per-process p50 call latency (µs); a
+    /// worker's waiting receive counts, time waiting for messages included.
     pub worker_p50: u64,
-    /// Highest p99 call latency of any worker (µs).
+    /// Highest p99 call latency of any worker (µs), counted the same way.
     pub worker_p99: u64,
-    /// Slowest writing call of any process (µs).
+    /// Highest p99 call latency of any producer (µs): every producer call
+    /// writes and none waits for anything but the store.
+    pub producer_p99: u64,
+    /// Slowest writing call of any process (µs), workers' receives left
+    /// out (they wait for messages too).
     pub worst_write: u64,
     /// Problems found; empty when the run was clean.
     pub problems: Vec<String>,
@@ -192,6 +197,8 @@ pub fn run(mix: &Mix, command: &dyn Fn(&Role) -> Command) -> Outcome {
     for (tag, n) in producers {
         let d = procs.wait(n);
         sent.insert(tag, num(field(&d.stdout, "sent ").first()));
+        let lat = field(&d.stdout, "lat ");
+        outcome.producer_p99 = outcome.producer_p99.max(num(lat.get(1)));
         done.push(d);
     }
     // One stop per worker, queued after everything the producers sent.

@@ -713,10 +713,11 @@ pub(crate) fn children_cpu() -> f64 {
 struct MixCell {
     /// Messages per second, per run.
     rate: Vec<f64>,
-    /// Median worker p50 / highest worker p99 / worst write, µs (medians
-    /// over runs).
+    /// Median worker p50 / highest worker p99 / highest producer p99 /
+    /// worst write, µs (medians over runs).
     p50: f64,
     p99: f64,
+    producer_p99: f64,
     worst_write: f64,
     /// CPU seconds per 1,000 messages (median over runs).
     cpu_per_k: f64,
@@ -724,8 +725,14 @@ struct MixCell {
 
 /// Runs the mix `RUNS` times on `engine` ("alk" or "sqlite").
 fn mix_cell(b: &Bench, engine: &str, durability: &str, cfg: &mix::Mix) -> Result<MixCell> {
-    let (mut rate, mut p50, mut p99, mut ww, mut cpu) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut rate, mut p50, mut p99, mut pp99, mut ww, mut cpu) = (
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+    );
     for _ in 0..RUNS {
         let dir = fresh_dir("mix")?;
         let command = |role: &mix::Role| {
@@ -760,6 +767,7 @@ fn mix_cell(b: &Bench, engine: &str, durability: &str, cfg: &mix::Mix) -> Result
         rate.push(out.messages_per_s());
         p50.push(out.worker_p50 as f64);
         p99.push(out.worker_p99 as f64);
+        pp99.push(out.producer_p99 as f64);
         ww.push(out.worst_write as f64);
         cpu.push(used / (out.messages as f64 / 1000.0));
     }
@@ -768,6 +776,7 @@ fn mix_cell(b: &Bench, engine: &str, durability: &str, cfg: &mix::Mix) -> Result
         rate,
         p50: median(p50).0,
         p99: median(p99).0,
+        producer_p99: median(pp99).0,
         worst_write: median(ww).0,
         cpu_per_k: median(cpu).0,
     })
@@ -1237,15 +1246,16 @@ fn run_with(root: &Path, host_bin: &Path, wasmtime: &Path, b: &Bench) -> Result<
     }
     md.push('\n');
     md.push_str("### Mixed workload — several processes on one data directory\n\n");
-    md.push_str("The soak's mix (`tests/shared/mix.rs`): worker processes receive one message at a time (a waiting receive) and\nacknowledge it; producer processes send one message per call for the given time; every 10th, 20th and 50th step\nalso sets a key, publishes to a stream, and takes and releases a lock. Every message is then checked to have been\nacknowledged exactly once. alk: `alk-host run --durability <d> target/guests/soak.wasm -- <role> …`; SQLite: the same\nsteps and statements from Rust on stock SQLite (`alk-bench mix sqlite <d> <role> …`; a worker with nothing to\nreceive polls every millisecond, as SQLite-based queues do). Messages/s: messages over the span from the first\nprocess start to the last exit (median of 3 runs, range in brackets). Latencies are per call inside each process:\nthe median of the workers' p50, the highest worker p99, and the slowest writing call of any process (the worst wait\nfor a writer). CPU: the processes' CPU time per 1,000 messages.\n\n| durability | processes | engine | messages/s | worker p50 | worker p99 | worst writer wait | CPU-s per 1,000 messages |\n|---|---|---|---|---|---|---|---|\n");
+    md.push_str("The soak's mix (`tests/shared/mix.rs`): worker processes receive one message at a time (a waiting receive) and\nacknowledge it; producer processes send one message per call for the given time; every 10th, 20th and 50th step\nalso sets a key, publishes to a stream, and takes and releases a lock. Every message is then checked to have been\nacknowledged exactly once. alk: `alk-host run --durability <d> target/guests/soak.wasm -- <role> …`; SQLite: the same\nsteps and statements from Rust on stock SQLite (`alk-bench mix sqlite <d> <role> …`; a worker with nothing to\nreceive polls every millisecond, as SQLite-based queues do). Messages/s: messages over the span from the first\nprocess start to the last exit (median of 3 runs, range in brackets). Latencies are per call inside each process\n(medians over the runs): the median of the workers' p50 and the highest worker p99, the highest producer p99, and the\nslowest writing call of any process. A worker's call to receive is counted in the workers' latencies but not as a\nwrite: alk's waiting receive also waits for a message to arrive (up to a second), where the SQLite worker polls and\nsleeps between calls, so the worker columns of the two engines measure different things. Every producer call\nwrites (send, set, publish, lock, release) and waits for nothing but the store, so **producer p99** and **slowest\nwrite** compare the engines' writes under contention like for like. CPU: the processes' CPU time per 1,000 messages.\n\n| durability | processes | engine | messages/s | worker p50 | worker p99 | producer p99 | slowest write | CPU-s per 1,000 messages |\n|---|---|---|---|---|---|---|---|---|\n");
     for (durability, workers, producers, secs, alk, sqlite) in &mixes {
         for (engine, c) in [("alk", alk), ("SQLite", sqlite)] {
             writeln!(
                 md,
-                "| {durability} | {workers} workers + {producers} producers, {secs} s | {engine} | {} | {:.2} ms | {:.1} ms | {:.1} ms | {:.2} |",
+                "| {durability} | {workers} workers + {producers} producers, {secs} s | {engine} | {} | {:.2} ms | {:.1} ms | {:.1} ms | {:.1} ms | {:.2} |",
                 fmt_ops(&c.rate),
                 c.p50 / 1000.0,
                 c.p99 / 1000.0,
+                c.producer_p99 / 1000.0,
                 c.worst_write / 1000.0,
                 c.cpu_per_k
             )
